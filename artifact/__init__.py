@@ -1,0 +1,1 @@
+"""OneLA reproduction: framework-neutral workloads, references, GTR store, ancestry, paths and measurement."""

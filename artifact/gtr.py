@@ -1,0 +1,40 @@
+"""Append-only store of GDN Transition Records (paper §3.2).
+
+A GTR r_t = (alpha_t, delta_t, k-hat_t) is what one decode step adds to one beam's state: S_t = alpha_t S_{t-1}
++ delta_t k-hat_t^T. Step t writes slot [t, r, b] once; nothing ever moves it afterwards.
+
+k-hat is stored once per key head ([.., HK, K]) rather than per value head: under GQA the HV/HK value heads
+of a group share it. For HK = HV (Qwen3.5-0.8B) this is byte-identical to the paper's 4 + 2V + 2K per
+value head; for grouped geometries it is smaller (README, "Choices").
+"""
+from __future__ import annotations
+
+import torch
+
+from artifact.workload import Geometry
+
+
+class GtrStore:
+    def __init__(self, geometry: Geometry, R: int, W: int, T: int, device="cpu",
+                 record_dtype=torch.bfloat16, alpha_dtype=torch.float32):
+        g = geometry
+        self.alpha = torch.empty(T, R, W, g.hv, dtype=alpha_dtype, device=device)
+        self.delta = torch.empty(T, R, W, g.hv, g.v, dtype=record_dtype, device=device)
+        self.khat = torch.empty(T, R, W, g.hk, g.k, dtype=record_dtype, device=device)
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.alpha, self.delta, self.khat
+
+    @property
+    def nbytes(self) -> int:
+        """Capacity of the whole store (all T steps)."""
+        return sum(t.numel() * t.element_size() for t in self.tensors())
+
+    def step_bytes(self) -> int:
+        """Bytes one decode step appends."""
+        return self.nbytes // self.alpha.shape[0]
+
+    def append(self, t: int, alpha: torch.Tensor, delta: torch.Tensor, khat: torch.Tensor) -> None:
+        self.alpha[t] = alpha
+        self.delta[t] = delta
+        self.khat[t] = khat

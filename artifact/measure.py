@@ -1,0 +1,141 @@
+"""One timer and one correctness gate for every cell (DESIGN §4).
+
+`check_and_time` captures a path's whole T-step `run` in a CUDA graph on *scrambled* static inputs, copies
+the real workload into those inputs, poisons the output, replays, and checks the replayed output against the
+FP32 FullState reference: a graph that skipped a kernel or baked in stale values fails here. Only a passing
+cell is timed (median and 20th/80th percentile of graph replays through `triton.testing.do_bench`, which
+flushes L2 before each replay). On a CPU the check runs eagerly and nothing is timed: CPU timings are not
+performance.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from artifact.workload import Workload
+
+DEFAULT_TOLERANCE = 4.88e-4   # the paper's max |o - o_fp32| over its 405 shapes (2^-11)
+TIMER = "cuda_graph_replay+triton.do_bench(median, L2 flushed, warmup={w}ms, rep={r}ms)"
+
+
+@dataclass
+class CellResult:
+    status: str                      # ok | failed | skipped
+    reason: str = ""
+    max_abs_err: float = math.nan
+    latency_ms: float = math.nan
+    p20_ms: float = math.nan
+    p80_ms: float = math.nan
+    timer: str = ""
+    persistent_bytes: int = 0
+    written_bytes: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def scramble_(wl: Workload) -> Workload:
+    """Overwrite a workload with different but valid values (capture inputs that must not leak into results)."""
+    wl.q.neg_().copy_(wl.q.roll(1, dims=2))
+    wl.k.neg_().copy_(wl.k.roll(1, dims=2))
+    wl.v.neg_().copy_(wl.v.roll(1, dims=2))
+    wl.g.copy_(wl.g.roll(1, dims=2))
+    wl.beta.copy_(1.0 - wl.beta)
+    wl.parents.copy_(wl.W - 1 - wl.parents)
+    wl.s_ctx.neg_()
+    return wl
+
+
+def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> float:
+    """max |out - ref| in fp64; NaN/Inf anywhere (e.g. an unwritten poisoned element) gives inf."""
+    if out.shape != ref.shape:
+        raise ValueError(f"output shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
+    d = (out.double() - ref.double()).abs()
+    if not torch.isfinite(d).all():
+        return math.inf
+    return float(d.max())
+
+
+def _capture(path, static: Workload):
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):          # compile / autotune / first-touch outside the capture
+            path.run(static)
+    torch.cuda.current_stream().wait_stream(side)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = path.run(static)
+    return graph, out
+
+
+def check_and_time(path, wl: Workload, ref: torch.Tensor, tolerance: float = DEFAULT_TOLERANCE,
+                   warmup_ms: int = 25, rep_ms: int = 100, time_it: bool = True) -> CellResult:
+    """Gate, then time. Exceptions propagate: the caller records them as a failed cell."""
+    on_gpu = wl.device.type == "cuda"
+    if on_gpu and getattr(path, "capturable", True):
+        static = scramble_(wl.clone())
+        path.prepare(static)
+        graph, out = _capture(path, static)
+        static.copy_(wl)
+        out.fill_(math.nan)
+        graph.replay()
+        torch.cuda.synchronize()
+        err = max_abs_err(out, ref)
+        replay = graph.replay
+    else:
+        path.prepare(wl)
+        out = path.run(wl)
+        if on_gpu:
+            torch.cuda.synchronize()
+        err = max_abs_err(out, ref)
+        replay = lambda: path.run(wl)  # noqa: E731
+    res = CellResult(status="ok", max_abs_err=err, persistent_bytes=int(path.persistent_bytes()),
+                     written_bytes=int(path.written_bytes()))
+    if not err <= tolerance:
+        res.status, res.reason = "failed", f"max_abs_err {err:.3e} > tolerance {tolerance:.3e}"
+        return res
+    if on_gpu and time_it:
+        import triton.testing
+        times = torch.tensor(triton.testing.do_bench(replay, warmup=warmup_ms, rep=rep_ms, return_mode="all"))
+        res.latency_ms = float(times.median())
+        res.p20_ms, res.p80_ms = (float(x) for x in torch.quantile(times, torch.tensor([0.2, 0.8])))
+        res.timer = TIMER.format(w=warmup_ms, r=rep_ms) if getattr(path, "capturable", True) \
+            else f"eager(not capturable)+triton.do_bench(median, L2 flushed, warmup={warmup_ms}ms, rep={rep_ms}ms)"
+    else:
+        res.timer = "none (CPU: correctness only)" if not on_gpu else "not timed"
+    return res
+
+
+# ---- floors (DESIGN §4): compulsory bytes / measured copy bandwidth, FLOPs / measured matrix rate ----
+
+def measure_ceilings(nbytes: int = 2 << 30, n: int = 8192) -> dict:
+    """Copy bandwidth (bytes read + written per second) and fp32/tf32/bf16 matmul rates, on this GPU now."""
+    import triton.testing
+    src = torch.randn(nbytes // 4, device="cuda")
+    dst = torch.empty_like(src)
+    t = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
+    out = {"copy_bytes_per_s": 2 * nbytes / (t * 1e-3)}
+    del src, dst
+    a = torch.randn(n, n, device="cuda")
+    b = torch.randn(n, n, device="cuda")
+    flops = 2 * n ** 3
+    old = torch.backends.cuda.matmul.allow_tf32
+    try:
+        for name, dt, tf32 in (("fp32", torch.float32, False), ("tf32", torch.float32, True),
+                               ("bf16", torch.bfloat16, False)):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            x, y = a.to(dt), b.to(dt)
+            t = triton.testing.do_bench(lambda: x @ y, warmup=25, rep=200, return_mode="median")
+            out[f"{name}_flop_per_s"] = flops / (t * 1e-3)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = old
+    return out
+
+
+def floor_ms(compulsory_bytes: float, flops: float, ceilings: dict, matrix_rate_key: str) -> tuple[float, str]:
+    """max(bytes / copy bandwidth, FLOPs / matrix rate) in ms, and which bound it is."""
+    t_mem = compulsory_bytes / ceilings["copy_bytes_per_s"] * 1e3
+    t_flop = flops / ceilings[matrix_rate_key] * 1e3 if flops else 0.0
+    return (t_mem, "memory") if t_mem >= t_flop else (t_flop, f"compute:{matrix_rate_key}")

@@ -1,0 +1,122 @@
+"""Results I/O (DESIGN §5): tidy CSV rows appended and flushed per cell, an env record per run.
+
+One schema for every suite, so files never become a sparse union of columns. A row is keyed by its
+`config_hash` (everything that defines the cell, nothing measured); a re-run skips hashes already present.
+"""
+from __future__ import annotations
+
+import csv
+import datetime
+import hashlib
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+
+COLUMNS = [
+    "suite", "path", "geometry", "R", "W", "T", "O", "HK", "HV", "K", "V", "prompt_len", "lineage", "seed",
+    "status", "reason", "latency_ms", "p20_ms", "p80_ms", "floor_ms", "floor_bound", "timer",
+    "persistent_bytes", "written_bytes", "dram_read_bytes", "dram_write_bytes", "flops", "compulsory_bytes",
+    "max_abs_err", "tolerance", "config_hash", "git_commit",
+]
+STATUSES = ("ok", "skipped", "failed")
+
+# Fields that define a cell (hashed); measured fields never enter the hash.
+KEY_FIELDS = ("suite", "path", "geometry", "R", "W", "T", "HK", "HV", "K", "V", "prompt_len", "lineage", "seed")
+
+
+def config_hash(cell: dict) -> str:
+    missing = [f for f in KEY_FIELDS if f not in cell]
+    if missing:
+        raise ValueError(f"config_hash: cell lacks key fields {missing}")
+    blob = json.dumps({f: cell[f] for f in KEY_FIELDS}, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def append_row(csv_path: str | os.PathLike, row: dict) -> None:
+    """Append one row and flush it to disk, so a killed sweep loses no finished cell."""
+    unknown = set(row) - set(COLUMNS)
+    if unknown:
+        raise ValueError(f"append_row: unknown columns {sorted(unknown)}")
+    if row.get("status") not in STATUSES:
+        raise ValueError(f"append_row: status must be one of {STATUSES}, got {row.get('status')!r}")
+    csv_path = Path(csv_path)
+    csv_path.parent.mkdir(parents=True, exist_ok=True)
+    new = not csv_path.exists() or csv_path.stat().st_size == 0
+    with open(csv_path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="raise")
+        if new:
+            w.writeheader()
+        w.writerow({c: row.get(c, "") for c in COLUMNS})
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def finished_hashes(csv_path: str | os.PathLike) -> set[str]:
+    """Config hashes already recorded (any status), tolerating a torn last line from a killed run."""
+    csv_path = Path(csv_path)
+    if not csv_path.exists():
+        return set()
+    out = set()
+    with open(csv_path, newline="") as f:
+        for row in csv.DictReader(f):
+            h = row.get("config_hash")
+            if h and row.get("status") in STATUSES:
+                out.add(h)
+    return out
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
+                             cwd=Path(__file__).resolve().parent, timeout=10)
+        commit = out.stdout.strip() or "unknown"
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                               text=True, cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
+        return commit + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return os.environ.get("ONELA_GIT_COMMIT", "unknown")
+
+
+def _version(mod: str) -> str:
+    try:
+        from importlib.metadata import version
+        return version(mod)
+    except Exception:  # noqa: BLE001 - any failure means "not installed"
+        return "not installed"
+
+
+def env_record(extra: dict | None = None) -> dict:
+    """GPU, driver, clocks, library versions and commit: what a reader needs to trust a results file."""
+    import torch
+    rec = {
+        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "host": platform.node(), "python": platform.python_version(),
+        "torch": torch.__version__, "triton": _version("triton"), "cuda": torch.version.cuda,
+        "git_commit": os.environ.get("ONELA_GIT_COMMIT") or git_commit(),
+        "packages": {p: _version(p) for p in ("vllm", "sglang", "flashinfer-python", "tensorrt_llm",
+                                              "hydra-core", "numpy", "pandas")},
+    }
+    if torch.cuda.is_available():
+        p = torch.cuda.get_device_properties(0)
+        rec.update(gpu=p.name, gpu_count=torch.cuda.device_count(), sm_count=p.multi_processor_count,
+                   gpu_memory_bytes=p.total_memory)
+        try:
+            q = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm,"
+                                "clocks.max.mem,power.limit", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
+            rec["nvidia_smi"] = q[0] if q else "no output"
+        except (OSError, subprocess.SubprocessError) as e:
+            rec["nvidia_smi"] = f"unavailable: {e}"
+    else:
+        rec["gpu"] = "none (CPU; Triton interpreter)"
+    rec.update(extra or {})
+    return rec
+
+
+def write_env(path: str | os.PathLike, extra: dict | None = None) -> dict:
+    rec = env_record(extra)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(rec, indent=2, default=str) + "\n")
+    return rec

@@ -1,0 +1,298 @@
+"""Geometries, shapes and seeded decode workloads (DESIGN §2).
+
+A `Workload` holds the identical inputs and beam lineage every path decodes, so paths differ only in how
+they keep state. Inputs follow the model's distributions: q, k, v ~ N(0, 1) before the in-kernel L2 norm;
+the log-decay g = -exp(A_log) * softplus(a + dt_bias) with A ~ U(1, 16) per head, dt_bias the inverse
+softplus of dt ~ logU(1e-3, 1e-1) per head (Mamba2 / Qwen3.5 initialisation) and a ~ N(0, 1) per token;
+beta = sigmoid(b) with b ~ N(0, 1). `s_ctx` is the fp32 state after really running the recurrence over a
+random prompt with the same distributions, so error bounds are measured at a post-prefill magnitude.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+LINEAGES = ("beam", "identity", "single_parent", "reversed")
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Recurrent-state geometry of one GDN layer: key heads, value heads, key dim, value dim."""
+
+    hk: int
+    hv: int
+    k: int
+    v: int
+
+    def __post_init__(self):
+        for field in ("hk", "hv", "k", "v"):
+            val = getattr(self, field)
+            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+                raise ValueError(f"Geometry.{field} must be a positive int, got {val!r}")
+        if self.hv % self.hk:
+            raise ValueError(f"Geometry: hv={self.hv} is not a multiple of hk={self.hk} (GQA needs HV = n*HK)")
+
+    @property
+    def group(self) -> int:
+        """Value heads per key head (GQA): value head hv uses key head hv // group."""
+        return self.hv // self.hk
+
+    @property
+    def state_bytes(self) -> int:
+        """One fp32 [HV, V, K] recurrent state (one beam, all value heads)."""
+        return self.hv * self.v * self.k * 4
+
+    @property
+    def gtr_bytes(self) -> int:
+        """One GTR per value head (alpha fp32, delta bf16 [V], k-hat bf16 [K]) as the paper counts it."""
+        return self.hv * (4 + 2 * self.v + 2 * self.k)
+
+
+# The nine operator-suite geometries (paper §4.1: HK 4-32, HV 4-64, K 128-256, V 128-512), by name, with the
+# model each comes from. "range point" rows are not a released model: they fill the paper's stated ranges.
+GEOMETRIES: dict[str, Geometry] = {
+    "qwen3_5_0_8b": Geometry(16, 16, 128, 128),   # Qwen3.5-0.8B / 2B config.json (linear_* fields)
+    "qwen3_5_9b": Geometry(16, 32, 128, 128),     # Qwen3.5-9B / 35B-A3B; Qwen3-Next-80B-A3B
+    "qwen3_5_27b": Geometry(16, 48, 128, 128),    # Qwen3.5-27B
+    "qwen3_5_397b": Geometry(16, 64, 128, 128),   # Qwen3.5-397B-A17B / 122B-A10B
+    "kimi_linear": Geometry(32, 32, 128, 128),    # Kimi-Linear-48B-A3B delta-rule (KDA) state shape
+    "gdn_1_3b": Geometry(6, 6, 256, 512),         # FLA GatedDeltaNet defaults (hidden 2048, head_dim 256, 6 heads, expand_v 2)
+    "gdn_small": Geometry(4, 4, 128, 256),        # FLA GatedDeltaNet at hidden 512: 4 heads x 128, expand_v 2
+    "range_k256_v256": Geometry(8, 8, 256, 256),  # range point: K = V = 256
+    "range_hk4_hv16": Geometry(4, 16, 128, 256),  # range point: HK = 4 with 4x grouped values
+}
+
+
+def get_geometry(geometry: Geometry | str) -> Geometry:
+    if isinstance(geometry, Geometry):
+        return geometry
+    if isinstance(geometry, str) and geometry in GEOMETRIES:
+        return GEOMETRIES[geometry]
+    raise ValueError(f"unknown geometry {geometry!r}; known: {', '.join(GEOMETRIES)}")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """One decode problem: R requests x W beams x T decode calls (O = T + 1 output tokens)."""
+
+    R: int
+    W: int
+    T: int
+
+    def __post_init__(self):
+        for field in ("R", "W", "T"):
+            val = getattr(self, field)
+            if not isinstance(val, int) or isinstance(val, bool) or val < 1:
+                raise ValueError(f"Shape.{field} must be a positive int, got {val!r}")
+
+    @property
+    def O(self) -> int:  # noqa: E743 - the paper's name
+        return self.T + 1
+
+
+@dataclass
+class Workload:
+    """Inputs and lineage of one decode problem; shapes as in DESIGN §2."""
+
+    geometry: Geometry
+    q: torch.Tensor        # [T, R, W, HK, K]
+    k: torch.Tensor        # [T, R, W, HK, K]
+    v: torch.Tensor        # [T, R, W, HV, V]
+    g: torch.Tensor        # [T, R, W, HV] fp32, log-decay (< 0)
+    beta: torch.Tensor     # [T, R, W, HV] fp32 in (0, 1)
+    parents: torch.Tensor  # [T, R, W] int32; row t: parent (beam index at step t-1); row 0 ignored
+    s_ctx: torch.Tensor    # [R, HV, V, K] fp32
+    lineage: str = "beam"
+    seed: int = 0
+    prompt_len: int = 0
+
+    def __post_init__(self):
+        validate_workload(self)
+
+    @property
+    def T(self) -> int:
+        return self.q.shape[0]
+
+    @property
+    def R(self) -> int:
+        return self.q.shape[1]
+
+    @property
+    def W(self) -> int:
+        return self.q.shape[2]
+
+    @property
+    def shape(self) -> Shape:
+        return Shape(self.R, self.W, self.T)
+
+    @property
+    def device(self) -> torch.device:
+        return self.q.device
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {f: getattr(self, f) for f in ("q", "k", "v", "g", "beta", "parents", "s_ctx")}
+
+    def clone(self) -> "Workload":
+        return dataclasses.replace(self, **{n: t.clone() for n, t in self.tensors().items()})
+
+    def copy_(self, other: "Workload") -> "Workload":
+        """Copy `other`'s values into this workload's tensors in place (static buffers of a captured graph)."""
+        for name, t in self.tensors().items():
+            src = getattr(other, name)
+            if src.shape != t.shape or src.dtype != t.dtype:
+                raise ValueError(f"copy_: field {name} is {tuple(src.shape)} {src.dtype}, "
+                                 f"expected {tuple(t.shape)} {t.dtype}")
+            t.copy_(src)
+        return self
+
+
+def validate_workload(wl: Workload) -> None:
+    """Raise ValueError naming the first bad field; paths may rely on a validated workload."""
+    geo = wl.geometry
+    if not isinstance(geo, Geometry):
+        raise ValueError(f"workload.geometry must be a Geometry, got {geo!r}")
+    if wl.q.dim() != 5:
+        raise ValueError(f"q must be [T, R, W, HK, K], got shape {tuple(wl.q.shape)}")
+    T, R, W = wl.q.shape[:3]
+    if T < 1:
+        raise ValueError(f"T must be >= 1 decode step, got T={T}")
+    expect = {
+        "q": (T, R, W, geo.hk, geo.k),
+        "k": (T, R, W, geo.hk, geo.k),
+        "v": (T, R, W, geo.hv, geo.v),
+        "g": (T, R, W, geo.hv),
+        "beta": (T, R, W, geo.hv),
+        "parents": (T, R, W),
+        "s_ctx": (R, geo.hv, geo.v, geo.k),
+    }
+    for name, shape in expect.items():
+        got = tuple(getattr(wl, name).shape)
+        if got != shape:
+            raise ValueError(f"{name} has shape {got}, expected {shape} for geometry {geo} and T,R,W={T},{R},{W}")
+    if wl.k.dtype != wl.q.dtype or wl.v.dtype != wl.q.dtype:
+        raise ValueError(f"q, k, v must share one dtype, got {wl.q.dtype}, {wl.k.dtype}, {wl.v.dtype}")
+    for name in ("g", "beta", "s_ctx"):
+        if getattr(wl, name).dtype not in (torch.float32, torch.float64):
+            raise ValueError(f"{name} must be float32 (or float64), got {getattr(wl, name).dtype}")
+    if wl.parents.dtype not in (torch.int32, torch.int64):
+        raise ValueError(f"parents must be int32, got {wl.parents.dtype}")
+    if T > 1:
+        p = wl.parents[1:]
+        lo, hi = int(p.min()), int(p.max())
+        if lo < 0 or hi >= W:
+            raise ValueError(f"parents out of range: values in [{lo}, {hi}], must be in [0, {W - 1}] (W={W})")
+    if wl.lineage not in LINEAGES:
+        raise ValueError(f"unknown lineage {wl.lineage!r}; known: {', '.join(LINEAGES)}")
+
+
+def _gates(gen: torch.Generator, n_tokens_shape, hv: int, head_params, device) -> tuple[torch.Tensor, torch.Tensor]:
+    A, dt_bias = head_params
+    a = torch.randn(*n_tokens_shape, hv, generator=gen, device=device)
+    b = torch.randn(*n_tokens_shape, hv, generator=gen, device=device)
+    g = -A * F.softplus(a + dt_bias)
+    beta = torch.sigmoid(b)
+    return g.float(), beta.float()
+
+
+def _head_params(gen: torch.Generator, hv: int, device):
+    """Per-head A in U(1, 16) and dt_bias = softplus^-1(dt), dt ~ logU(1e-3, 1e-1), as Qwen3.5 initialises them."""
+    A = 1.0 + 15.0 * torch.rand(hv, generator=gen, device=device)
+    dt = torch.exp(math.log(1e-3) + (math.log(1e-1) - math.log(1e-3)) * torch.rand(hv, generator=gen, device=device))
+    dt_bias = dt + torch.log(-torch.expm1(-dt))
+    return A, dt_bias
+
+
+def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """x / sqrt(sum x^2 + eps), the frameworks' use_qk_l2norm_in_kernel convention (DESIGN §1)."""
+    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
+
+
+def prefill_state(k_ctx, v_ctx, g_ctx, beta_ctx, dtype=torch.float32) -> torch.Tensor:
+    """Run the GDN recurrence over a prompt from a zero state; inputs [L, R, H, D]; returns [R, HV, V, K].
+
+    Plain torch, token by token: this is the ground truth the decode starts from, not a timed kernel.
+    """
+    L, R, hk, K = k_ctx.shape
+    hv, V = v_ctx.shape[2], v_ctx.shape[3]
+    grp = hv // hk
+    S = torch.zeros(R, hv, V, K, dtype=dtype, device=k_ctx.device)
+    for i in range(L):
+        kh = l2norm(k_ctx[i].to(dtype)).repeat_interleave(grp, dim=1)      # [R, HV, K]
+        alpha = torch.exp(g_ctx[i].to(dtype))[..., None, None]              # [R, HV, 1, 1]
+        S = S * alpha
+        pred = torch.einsum("rhvk,rhk->rhv", S, kh)
+        delta = beta_ctx[i].to(dtype)[..., None] * (v_ctx[i].to(dtype) - pred)
+        S = S + delta[..., None] * kh[:, :, None, :]
+    return S
+
+
+def _lineage(kind: str, gen: torch.Generator, T: int, R: int, W: int, candidates: int, device) -> torch.Tensor:
+    idx = torch.arange(W, device=device, dtype=torch.int64)
+    parents = idx.expand(T, R, W).clone()
+    if kind == "identity" or T == 1:
+        return parents.to(torch.int32)
+    if kind == "reversed":
+        parents[1:] = (W - 1 - idx).expand(T - 1, R, W)
+    elif kind == "single_parent":
+        one = torch.randint(0, W, (T - 1, R, 1), generator=gen, device=device)
+        parents[1:] = one.expand(T - 1, R, W)
+    elif kind == "beam":
+        # Real large-beam search: every beam proposes `candidates` children scored by its accumulated
+        # log-prob plus a log-softmax over candidate logits; the request keeps the global top-W (sorted).
+        score = torch.zeros(R, W, device=device)
+        for t in range(1, T):
+            logits = 2.0 * torch.randn(R, W, candidates, generator=gen, device=device)
+            cand = score[:, :, None] + torch.log_softmax(logits, dim=-1)
+            top, flat = cand.reshape(R, W * candidates).topk(W, dim=-1, sorted=True)
+            parents[t] = flat // candidates
+            score = top
+    else:
+        raise ValueError(f"unknown lineage {kind!r}; known: {', '.join(LINEAGES)}")
+    return parents.to(torch.int32)
+
+
+def default_prompt_len(device) -> int:
+    """1024 prompt tokens on a GPU (a real post-prefill state), 32 on CPU where tests must stay fast."""
+    return 1024 if torch.device(device).type == "cuda" else 32
+
+
+def make_workload(geometry: Geometry | str, R: int, W: int, T: int, lineage: str = "beam", seed: int = 0,
+                  device="cpu", dtype=torch.bfloat16, prompt_len: int | None = None,
+                  candidates: int = 16) -> Workload:
+    """Seeded workload for every path: the same (geometry, R, W, T, lineage, seed, device) gives the same tensors.
+
+    `s_ctx` depends only on (geometry, R, seed, prompt_len, device), so cells that differ in W, T or lineage
+    start from the same post-prefill state.
+    """
+    geo = get_geometry(geometry)
+    Shape(R, W, T)  # validates R, W, T
+    if lineage not in LINEAGES:
+        raise ValueError(f"unknown lineage {lineage!r}; known: {', '.join(LINEAGES)}")
+    if dtype not in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
+        raise ValueError(f"unsupported input dtype {dtype}")
+    if not isinstance(candidates, int) or candidates < 1:
+        raise ValueError(f"candidates must be a positive int, got {candidates!r}")
+    device = torch.device(device)
+    prompt_len = default_prompt_len(device) if prompt_len is None else prompt_len
+    if not isinstance(prompt_len, int) or prompt_len < 0:
+        raise ValueError(f"prompt_len must be an int >= 0, got {prompt_len!r}")
+
+    g_ctx = torch.Generator(device=device).manual_seed(seed)
+    heads = _head_params(g_ctx, geo.hv, device)
+    k_ctx = torch.randn(prompt_len, R, geo.hk, geo.k, generator=g_ctx, device=device)
+    v_ctx = torch.randn(prompt_len, R, geo.hv, geo.v, generator=g_ctx, device=device)
+    gg_ctx, b_ctx = _gates(g_ctx, (prompt_len, R), geo.hv, heads, device)
+    s_ctx = prefill_state(k_ctx, v_ctx, gg_ctx, b_ctx).float()
+    del k_ctx, v_ctx
+
+    gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + 7919 * W + 104_729 * T + 1)
+    q = torch.randn(T, R, W, geo.hk, geo.k, generator=gen, device=device).to(dtype)
+    k = torch.randn(T, R, W, geo.hk, geo.k, generator=gen, device=device).to(dtype)
+    v = torch.randn(T, R, W, geo.hv, geo.v, generator=gen, device=device).to(dtype)
+    g, beta = _gates(gen, (T, R, W), geo.hv, heads, device)
+    parents = _lineage(lineage, gen, T, R, W, candidates, device)
+    return Workload(geo, q, k, v, g, beta, parents, s_ctx, lineage=lineage, seed=seed, prompt_len=prompt_len)
