@@ -76,6 +76,65 @@ class UnavailablePath(DecodePath):
         return 0
 
 
+class Stepper(abc.ABC):
+    """One GDN layer's recurrent state for R requests x W beams across the T decode steps of one decode.
+
+    The unit a full model calls once per layer and step; a path's `run` is `reset` plus T `step`s.
+    Inputs of one step: q, k [R, W, HK, K] (raw, bf16), v [R, W, HV, V], g, beta [R, W, HV] fp32,
+    parents [R, W] int32 (beam b's parent at the previous step; ignored at t = 0). Every method must be
+    CUDA-graph capturable (no host sync, no data-dependent allocation).
+    """
+
+    def __init__(self, geometry, R: int, W: int, T: int, device):
+        self.geometry, self.R, self.W, self.T, self.device = geometry, R, W, T, torch.device(device)
+
+    @abc.abstractmethod
+    def reset(self, s_ctx: torch.Tensor, tail: dict | None = None) -> None:
+        """Begin a decode from the post-prefill state s_ctx [R, HV, V, K] fp32 (kept by reference, read
+        during the steps). `tail` (ReplaySSM only) holds prompt-tail inputs to replay after s_ctx."""
+
+    @abc.abstractmethod
+    def step(self, t: int, q, k, v, g, beta, parents, out: torch.Tensor) -> torch.Tensor:
+        """Decode step t for every beam; writes o [R, W, HV, V] into `out` and returns it."""
+
+    @abc.abstractmethod
+    def persistent_bytes(self) -> int:
+        """Recurrent-state capacity this stepper keeps for a T-step decode (from its real tensors)."""
+
+    @abc.abstractmethod
+    def written_bytes(self) -> int:
+        """Recurrent-state bytes its kernels store over a T-step decode (state or record writes)."""
+
+
+class StepperPath(DecodePath):
+    """A path that is a Stepper run over the workload's T steps (the common case)."""
+
+    stepper_cls: type[Stepper]
+    out_dtype = None  # None: the input dtype (bf16 outputs like the frameworks')
+
+    def make_stepper(self, wl) -> Stepper:
+        return self.stepper_cls(wl.geometry, wl.R, wl.W, wl.T, wl.device)
+
+    def prepare(self, wl) -> None:
+        self.stepper = self.make_stepper(wl)
+        geo = wl.geometry
+        self.out = torch.empty(wl.T, wl.R, wl.W, geo.hv, geo.v, dtype=self.out_dtype or wl.q.dtype,
+                               device=wl.device)
+
+    def run(self, wl) -> torch.Tensor:
+        st = self.stepper
+        st.reset(wl.s_ctx)
+        for t in range(wl.T):
+            st.step(t, wl.q[t], wl.k[t], wl.v[t], wl.g[t], wl.beta[t], wl.parents[t], self.out[t])
+        return self.out
+
+    def persistent_bytes(self) -> int:
+        return self.stepper.persistent_bytes()
+
+    def written_bytes(self) -> int:
+        return self.stepper.written_bytes()
+
+
 def list_paths() -> list[str]:
     return list(PATHS)
 

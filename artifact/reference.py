@@ -12,7 +12,7 @@ import torch
 
 from artifact.ancestry import AncestryIndex
 from artifact.gtr import GtrStore
-from artifact.paths import DecodePath
+from artifact.paths import Stepper, StepperPath
 from artifact.workload import Geometry, Workload, l2norm
 
 
@@ -28,11 +28,9 @@ def full_precision():
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
-def normed_qk(wl: Workload, t: int, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """q-hat = l2norm(q) K^-1/2 and k-hat = l2norm(k), per key head: [R, W, HK, K] in `dtype`."""
-    qh = l2norm(wl.q[t].to(dtype)) * wl.geometry.k ** -0.5
-    kh = l2norm(wl.k[t].to(dtype))
-    return qh, kh
+def normed_qk(q, k, geo: Geometry, dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """q-hat = l2norm(q) K^-1/2 and k-hat = l2norm(k), per key head, in `dtype`."""
+    return l2norm(q.to(dtype)) * geo.k ** -0.5, l2norm(k.to(dtype))
 
 
 def _per_value_head(x: torch.Tensor, geo: Geometry) -> torch.Tensor:
@@ -40,27 +38,110 @@ def _per_value_head(x: torch.Tensor, geo: Geometry) -> torch.Tensor:
     return x.repeat_interleave(geo.group, dim=-2)
 
 
+class TorchFullStateStepper(Stepper):
+    """Per-beam FullState in plain torch: one [HV, V, K] state per beam, the parent's state copied to each
+    child every step (a gather into a new pool)."""
+
+    def __init__(self, geometry, R, W, T, device, dtype=torch.float32):
+        super().__init__(geometry, R, W, T, device)
+        self.dtype = dtype
+
+    def reset(self, s_ctx, tail=None):
+        if tail is not None:
+            raise ValueError("TorchFullStateStepper: a prompt tail is ReplaySSM-only")
+        self.s_ctx = s_ctx
+
+    def step(self, t, q, k, v, g, beta, parents, out):
+        geo, dt = self.geometry, self.dtype
+        if t == 0:
+            S = self.s_ctx.to(dt)[:, None].expand(self.R, self.W, geo.hv, geo.v, geo.k)
+        else:
+            S = _gather_beams(self.S, parents)                    # each child gets its parent's state
+        qh, kh = normed_qk(q, k, geo, dt)
+        qh, kh = _per_value_head(qh, geo), _per_value_head(kh, geo)     # [R, W, HV, K]
+        alpha = torch.exp(g.to(dt))
+        pred = alpha[..., None] * torch.einsum("rwhvk,rwhk->rwhv", S, kh)
+        delta = beta.to(dt)[..., None] * (v.to(dt) - pred)
+        self.S = alpha[..., None, None] * S + delta[..., None] * kh[..., None, :]
+        out.copy_(torch.einsum("rwhvk,rwhk->rwhv", self.S, qh))
+        return out
+
+    def persistent_bytes(self):
+        return self.R * self.W * self.geometry.hv * self.geometry.v * self.geometry.k * _nbytes(self.dtype)
+
+    def written_bytes(self):
+        return self.T * self.persistent_bytes()
+
+
+class TorchReplayStepper(Stepper):
+    """Projection replay (§3.2) in plain torch over an append-only GtrStore, through §3.3's ancestry."""
+
+    def __init__(self, geometry, R, W, T, device, dtype=torch.float64, store: GtrStore | None = None):
+        super().__init__(geometry, R, W, T, device)
+        self.dtype = dtype
+        self.store = store or GtrStore(geometry, R, W, T, device=device, record_dtype=dtype, alpha_dtype=dtype)
+        self.anc = AncestryIndex(R, W, T, device=device)
+
+    def reset(self, s_ctx, tail=None):
+        if tail is not None:
+            raise ValueError("TorchReplayStepper: a prompt tail is ReplaySSM-only")
+        self.s_ctx = s_ctx
+        self.anc = AncestryIndex(self.R, self.W, self.T, device=self.device)
+
+    def step(self, t, q, k, v, g, beta, parents, out):
+        geo, dt, store = self.geometry, self.dtype, self.store
+        if t > 0:
+            self.anc.advance(parents)
+        qh_k, kh_k = normed_qk(q, k, geo, dt)
+        qh, kh = _per_value_head(qh_k, geo), _per_value_head(kh_k, geo)     # [R, W, HV, K]
+        s_ctx = self.s_ctx.to(dt)
+        uq = torch.einsum("rhvk,rwhk->rwhv", s_ctx, qh)
+        uk = torch.einsum("rhvk,rwhk->rwhv", s_ctx, kh)
+        for j in range(t):
+            slot = self.anc.table[:, :, j]
+            a_j = _gather_beams(store.alpha[j], slot).to(dt)[..., None]         # [R, W, HV, 1]
+            d_j = _gather_beams(store.delta[j], slot).to(dt)                    # [R, W, HV, V]
+            k_j = _per_value_head(_gather_beams(store.khat[j], slot).to(dt), geo)
+            uq = a_j * uq + d_j * (k_j * qh).sum(-1, keepdim=True)
+            uk = a_j * uk + d_j * (k_j * kh).sum(-1, keepdim=True)
+        alpha = torch.exp(g.to(dt))[..., None]
+        delta = beta.to(dt)[..., None] * (v.to(dt) - alpha * uk)
+        out.copy_(alpha * uq + delta * (kh * qh).sum(-1, keepdim=True))
+        store.append(t, alpha[..., 0], delta, kh_k)
+        return out
+
+    def persistent_bytes(self):
+        return self.store.nbytes + self.s_ctx_bytes() + self.anc.nbytes
+
+    def s_ctx_bytes(self):
+        g = self.geometry
+        return self.R * g.hv * g.v * g.k * 4
+
+    def written_bytes(self):
+        return self.store.nbytes
+
+
+def _nbytes(dtype) -> int:
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+def _decode(stepper: Stepper, wl: Workload, dtype, r: slice = slice(None)) -> torch.Tensor:
+    geo = wl.geometry
+    o = torch.empty(wl.T, stepper.R, wl.W, geo.hv, geo.v, dtype=dtype, device=wl.device)
+    stepper.reset(wl.s_ctx[r])
+    with full_precision():
+        for t in range(wl.T):
+            stepper.step(t, wl.q[t, r], wl.k[t, r], wl.v[t, r], wl.g[t, r], wl.beta[t, r], wl.parents[t, r], o[t])
+    return o
+
+
 def fullstate_decode(wl: Workload, dtype=torch.float32) -> torch.Tensor:
     """Per-beam FullState decode in `dtype` (float32 or float64); one request at a time to bound memory."""
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"fullstate_decode dtype must be float32 or float64, got {dtype}")
-    geo, T, R, W = wl.geometry, wl.T, wl.R, wl.W
-    o = torch.empty(T, R, W, geo.hv, geo.v, dtype=dtype, device=wl.device)
-    with full_precision():
-        for r in range(R):
-            S = wl.s_ctx[r].to(dtype).expand(W, geo.hv, geo.v, geo.k)
-            for t in range(T):
-                if t > 0:
-                    S = S[wl.parents[t, r].long()]          # each child gets its parent's state
-                qh, kh = normed_qk(wl, t, dtype)
-                qh, kh = _per_value_head(qh[r], geo), _per_value_head(kh[r], geo)   # [W, HV, K]
-                alpha = torch.exp(wl.g[t, r].to(dtype))                            # [W, HV]
-                beta = wl.beta[t, r].to(dtype)
-                pred = alpha[..., None] * torch.einsum("whvk,whk->whv", S, kh)
-                delta = beta[..., None] * (wl.v[t, r].to(dtype) - pred)            # [W, HV, V]
-                S = alpha[..., None, None] * S + delta[..., None] * kh[:, :, None, :]
-                o[t, r] = torch.einsum("whvk,whk->whv", S, qh)
-    return o
+    outs = [_decode(TorchFullStateStepper(wl.geometry, 1, wl.W, wl.T, wl.device, dtype), wl, dtype,
+                    slice(r, r + 1)) for r in range(wl.R)]
+    return torch.cat(outs, dim=1)
 
 
 def _gather_beams(x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
@@ -71,70 +152,24 @@ def _gather_beams(x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
 
 def replay_decode(wl: Workload, dtype=torch.float64, store: GtrStore | None = None) -> torch.Tensor:
     """Projection replay (§3.2) over GTRs kept in `store` (default: records in `dtype`), via §3.3's ancestry."""
-    geo, T, R, W = wl.geometry, wl.T, wl.R, wl.W
-    store = store or GtrStore(geo, R, W, T, device=wl.device, record_dtype=dtype, alpha_dtype=dtype)
-    anc = AncestryIndex(R, W, T, device=wl.device)
-    s_ctx = wl.s_ctx.to(dtype)
-    o = torch.empty(T, R, W, geo.hv, geo.v, dtype=dtype, device=wl.device)
-    with full_precision():
-        for t in range(T):
-            if t > 0:
-                anc.advance(wl.parents[t])
-            qh_k, kh_k = normed_qk(wl, t, dtype)
-            qh, kh = _per_value_head(qh_k, geo), _per_value_head(kh_k, geo)     # [R, W, HV, K]
-            uq = torch.einsum("rhvk,rwhk->rwhv", s_ctx, qh)
-            uk = torch.einsum("rhvk,rwhk->rwhv", s_ctx, kh)
-            for j in range(t):
-                slot = anc.table[:, :, j]
-                a_j = _gather_beams(store.alpha[j], slot).to(dtype)[..., None]     # [R, W, HV, 1]
-                d_j = _gather_beams(store.delta[j], slot).to(dtype)                # [R, W, HV, V]
-                k_j = _per_value_head(_gather_beams(store.khat[j], slot).to(dtype), geo)
-                uq = a_j * uq + d_j * (k_j * qh).sum(-1, keepdim=True)
-                uk = a_j * uk + d_j * (k_j * kh).sum(-1, keepdim=True)
-            alpha = torch.exp(wl.g[t].to(dtype))[..., None]
-            delta = wl.beta[t].to(dtype)[..., None] * (wl.v[t].to(dtype) - alpha * uk)
-            o[t] = alpha * uq + delta * (kh * qh).sum(-1, keepdim=True)
-            store.append(t, alpha[..., 0], delta, kh_k)
-    return o
+    return _decode(TorchReplayStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, dtype, store), wl, dtype)
 
 
-class ReferenceFullStatePath(DecodePath):
+class ReferenceFullStatePath(StepperPath):
     """Plain-torch per-beam FullState in fp32: the oracle, registered as a path so it runs like one."""
 
     name = "reference_fullstate"
     capturable = False
-
-    def prepare(self, wl: Workload) -> None:
-        self._shape = (wl.geometry, wl.R, wl.W, wl.T)
-
-    def run(self, wl: Workload) -> torch.Tensor:
-        return fullstate_decode(wl, torch.float32)
-
-    def persistent_bytes(self) -> int:
-        geo, R, W, _ = self._shape
-        return R * W * geo.state_bytes
-
-    def written_bytes(self) -> int:
-        geo, R, W, T = self._shape
-        return T * R * W * geo.state_bytes
+    stepper_cls = TorchFullStateStepper
+    out_dtype = torch.float32
 
 
-class ReferenceReplayPath(DecodePath):
-    """Plain-torch projection replay with fp32 records: the algorithm of OneLA without a fused kernel."""
+class ReferenceReplayPath(StepperPath):
+    """Plain-torch projection replay with fp32 records: OneLA's algorithm without a fused kernel."""
 
     name = "reference_replay"
     capturable = False
+    out_dtype = torch.float32
 
-    def prepare(self, wl: Workload) -> None:
-        self.store = GtrStore(wl.geometry, wl.R, wl.W, wl.T, device=wl.device,
-                              record_dtype=torch.float32, alpha_dtype=torch.float32)
-        self._ctx_bytes = wl.s_ctx.numel() * 4 + wl.R * wl.W * wl.T * 4
-
-    def run(self, wl: Workload) -> torch.Tensor:
-        return replay_decode(wl, torch.float32, store=self.store)
-
-    def persistent_bytes(self) -> int:
-        return self.store.nbytes + self._ctx_bytes
-
-    def written_bytes(self) -> int:
-        return self.store.nbytes
+    def make_stepper(self, wl):
+        return TorchReplayStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, dtype=torch.float32)
