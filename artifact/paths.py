@@ -51,6 +51,12 @@ class DecodePath(abc.ABC):
     @abc.abstractmethod
     def written_bytes(self) -> int: ...
 
+    def cost(self, wl) -> dict | None:
+        """Roofline inputs of this path's algorithm on `wl`: {"compulsory_bytes", "flops", "rate"} where rate is
+        the ceiling key of its arithmetic ("fp32_flop_per_s", "tf32_flop_per_s", "bf16_flop_per_s"); None if
+        the path does not model itself."""
+        return None
+
 
 class UnavailablePath(DecodePath):
     """Stands in for a path whose module cannot be imported; every cell is a skip with the import error."""

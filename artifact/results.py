@@ -2,6 +2,7 @@
 
 One schema for every suite, so files never become a sparse union of columns. A row is keyed by its
 `config_hash` (everything that defines the cell, nothing measured); a re-run skips hashes already present.
+`run_id` names the env record (results/env/<run_id>.json) of the run that produced the row.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ COLUMNS = [
     "suite", "path", "geometry", "R", "W", "T", "O", "HK", "HV", "K", "V", "prompt_len", "lineage", "seed",
     "status", "reason", "latency_ms", "p20_ms", "p80_ms", "floor_ms", "floor_bound", "timer",
     "persistent_bytes", "written_bytes", "dram_read_bytes", "dram_write_bytes", "flops", "compulsory_bytes",
-    "max_abs_err", "tolerance", "config_hash", "git_commit",
+    "max_abs_err", "tolerance", "config_hash", "run_id", "git_commit",
 ]
 STATUSES = ("ok", "skipped", "failed")
 
