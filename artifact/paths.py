@@ -141,6 +141,16 @@ class StepperPath(DecodePath):
         return self.stepper.written_bytes()
 
 
+def make_stepper(name: str, geometry, R: int, W: int, T: int, device) -> Stepper:
+    """The Stepper of a registered StepperPath (what the full model calls per GDN layer)."""
+    path = get_path(name)
+    if isinstance(path, UnavailablePath):
+        raise RuntimeError(path.reason)
+    if not isinstance(path, StepperPath):
+        raise ValueError(f"path {name!r} is not a StepperPath; it has no per-step stepper")
+    return path.stepper_cls(geometry, R, W, T, device)
+
+
 def list_paths() -> list[str]:
     return list(PATHS)
 

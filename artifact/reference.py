@@ -76,7 +76,7 @@ class TorchFullStateStepper(Stepper):
 class TorchReplayStepper(Stepper):
     """Projection replay (§3.2) in plain torch over an append-only GtrStore, through §3.3's ancestry."""
 
-    def __init__(self, geometry, R, W, T, device, dtype=torch.float64, store: GtrStore | None = None):
+    def __init__(self, geometry, R, W, T, device, dtype=torch.float32, store: GtrStore | None = None):
         super().__init__(geometry, R, W, T, device)
         self.dtype = dtype
         self.store = store or GtrStore(geometry, R, W, T, device=device, record_dtype=dtype, alpha_dtype=dtype)
@@ -169,7 +169,5 @@ class ReferenceReplayPath(StepperPath):
 
     name = "reference_replay"
     capturable = False
+    stepper_cls = TorchReplayStepper
     out_dtype = torch.float32
-
-    def make_stepper(self, wl):
-        return TorchReplayStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, dtype=torch.float32)
