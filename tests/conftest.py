@@ -3,6 +3,11 @@ import os
 import pytest
 import torch
 
+# Triton decides between compiling and interpreting when a kernel is defined (at import), so a CPU-only host
+# must ask for the interpreter before any kernels module is imported.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
@@ -14,8 +19,6 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture
-def interpret(monkeypatch):
-    """Run Triton kernels under the CPU interpreter (TRITON_INTERPRET=1) on hosts without a GPU."""
-    if not torch.cuda.is_available():
-        monkeypatch.setenv("TRITON_INTERPRET", "1")
-    return os.environ.get("TRITON_INTERPRET") == "1"
+def device():
+    """Where kernel tests run: the GPU when there is one, else CPU tensors under the Triton interpreter."""
+    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -1,0 +1,137 @@
+"""Our controlled FullState decode kernel (the paper's Controlled FullState) and its path.
+
+Conventional per-beam execution in the same pipeline as `onela`: every live beam owns one fp32 [HV, V, K]
+state. Each step one program per (beam, value head, BV-row tile) reads its parent's state tile, applies the GDN
+update and writes the child's state -- reading slot parent(b) of the previous pool and writing slot b of the
+other (ping-pong), so the parent-to-child copy costs no separate pass; at t = 0 every beam of request r reads
+S_ctx[r] directly. This is the fastest fair FullState we know how to write: one state read and one state write
+per beam and step, nothing else.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from artifact.paths import Stepper, StepperPath
+from kernels.onela import _check_step_inputs, onela_supports
+
+
+@triton.jit
+def _fullstate_step_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, src_ptr, par_ptr, dst_ptr, out_ptr,
+    W, HV,
+    sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
+    K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, FIRST: tl.constexpr, BV: tl.constexpr,
+):
+    pid_v = tl.program_id(0)
+    rw = tl.program_id(1)            # flat (request, beam)
+    hv = tl.program_id(2)
+    r = rw // W
+    b = rw % W
+    hk = hv // G
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    offs_k = tl.arange(0, K)
+
+    q = tl.load(q_ptr + r * sq_r + b * sq_w + hk * sq_h + offs_k).to(tl.float32)
+    k = tl.load(k_ptr + r * sq_r + b * sq_w + hk * sq_h + offs_k).to(tl.float32)
+    q = q * (tl.rsqrt(tl.sum(q * q) + 1e-6) * (K ** -0.5))
+    k = k * tl.rsqrt(tl.sum(k * k) + 1e-6)
+
+    if FIRST:
+        src_row = r * HV + hv                                    # S_ctx[r, hv]
+    else:
+        src_row = (r * W + tl.load(par_ptr + rw)) * HV + hv      # the parent's state
+    tile = offs_v[:, None] * K + offs_k[None, :]
+    S = tl.load(src_ptr + src_row.to(tl.int64) * (V * K) + tile)  # [BV, K] fp32
+
+    alpha = tl.exp(tl.load(g_ptr + rw * HV + hv))
+    beta = tl.load(beta_ptr + rw * HV + hv)
+    v = tl.load(v_ptr + r * sv_r + b * sv_w + hv * sv_h + offs_v).to(tl.float32)
+    S = S * alpha
+    delta = beta * (v - tl.sum(S * k[None, :], axis=1))
+    S = S + delta[:, None] * k[None, :]
+    o = tl.sum(S * q[None, :], axis=1)
+    tl.store(dst_ptr + (rw * HV + hv).to(tl.int64) * (V * K) + tile, S)
+    tl.store(out_ptr + (rw * HV + hv).to(tl.int64) * V + offs_v, o.to(out_ptr.dtype.element_ty))
+
+
+def fullstate_block_v(K: int, V: int) -> int:
+    """BV rows per program; from the H200 tuning sweep in kernels/NOTES.md."""
+    return min(V, 32 if K <= 128 else 16)
+
+
+class ControlledFullStateStepper(Stepper):
+    """Two fp32 pools of R*W per-beam states; step t reads pool (t-1)%2 at parent slots, writes pool t%2."""
+
+    def __init__(self, geometry, R, W, T, device, block_v: int | None = None):
+        super().__init__(geometry, R, W, T, device)
+        reason = onela_supports(geometry, self.device)
+        if reason:
+            raise ValueError(reason.replace("onela", "controlled_fullstate"))
+        shape = (R * W, geometry.hv, geometry.v, geometry.k)
+        self.pools = [torch.empty(shape, dtype=torch.float32, device=device) for _ in range(2 if T > 1 else 1)]
+        self.block_v = block_v or fullstate_block_v(geometry.k, geometry.v)
+
+    def reset(self, s_ctx, tail=None):
+        geo = self.geometry
+        if tail is not None:
+            raise ValueError("controlled_fullstate starts from the full post-prefill state; no prompt tail")
+        if tuple(s_ctx.shape) != (self.R, geo.hv, geo.v, geo.k) or s_ctx.dtype != torch.float32 \
+                or not s_ctx.is_contiguous():
+            raise ValueError(f"s_ctx must be contiguous fp32 {(self.R, geo.hv, geo.v, geo.k)}, got "
+                             f"{s_ctx.dtype} {tuple(s_ctx.shape)}")
+        self.s_ctx = s_ctx
+
+    def step(self, t, q, k, v, g, beta, parents, out):
+        geo, R, W = self.geometry, self.R, self.W
+        if not 0 <= t < self.T:
+            raise ValueError(f"step t={t} out of range 0..{self.T - 1}")
+        _check_step_inputs(geo, R, W, q, k, v, g, beta, parents, out)
+        src = self.s_ctx if t == 0 else self.pools[(t - 1) % len(self.pools)]
+        dst = self.pools[t % len(self.pools)]
+        grid = (geo.v // self.block_v, R * W, geo.hv)
+        _fullstate_step_kernel[grid](
+            q, k, v, g, beta, src, parents, dst, out, W, geo.hv,
+            q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
+            K=geo.k, V=geo.v, G=geo.group, FIRST=(t == 0), BV=self.block_v, num_warps=4,
+        )
+        return out
+
+    def persistent_bytes(self):
+        return sum(p.numel() * 4 for p in self.pools)
+
+    def written_bytes(self):
+        return self.T * self.R * self.W * self.geometry.state_bytes
+
+
+def fullstate_cost(wl) -> dict:
+    """FullState algorithm: per step every beam reads its parent's state and writes its own (plus inputs and o).
+    FLOPs per beam and value head: S k and S q (2 x 2VK) and the rank-1 update with decay (3VK)."""
+    geo, T, R, W = wl.geometry, wl.T, wl.R, wl.W
+    esz = wl.q.element_size()
+    per_step = R * W * (2 * geo.state_bytes + 2 * geo.hk * geo.k * esz + 2 * geo.hv * geo.v * esz
+                        + geo.hv * 8 + 4)
+    return {"compulsory_bytes": T * per_step, "flops": T * R * W * geo.hv * 7 * geo.v * geo.k,
+            "rate": "fp32_flop_per_s"}
+
+
+class ControlledFullStatePath(StepperPath):
+    name = "controlled_fullstate"
+    stepper_cls = ControlledFullStateStepper
+
+    def supports(self, geometry, shape, device):
+        reason = onela_supports(geometry, device)
+        if reason:
+            return reason.replace("onela", "controlled_fullstate")
+        dev = torch.device(device)
+        if dev.type == "cuda":
+            need = (2 if shape.T > 1 else 1) * shape.R * shape.W * geometry.state_bytes
+            free, _ = torch.cuda.mem_get_info(dev)
+            if need > 0.8 * free:
+                return (f"controlled_fullstate: state pools need {need / 2**30:.1f} GiB, more than 80% of the "
+                        f"{free / 2**30:.1f} GiB free on {torch.cuda.get_device_name(dev)}")
+        return None
+
+    def cost(self, wl) -> dict:
+        return fullstate_cost(wl)
