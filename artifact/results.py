@@ -28,10 +28,16 @@ KEY_FIELDS = ("suite", "path", "geometry", "R", "W", "T", "HK", "HV", "K", "V", 
 
 
 def config_hash(cell: dict) -> str:
+    """Hash of the cell's KEY_FIELDS. A `join_key` in `cell` replaces the suite in the hash: suites that
+    measure the same cells with different instruments (recurrent_path and traffic) share one, so their
+    rows join on config_hash."""
     missing = [f for f in KEY_FIELDS if f not in cell]
     if missing:
         raise ValueError(f"config_hash: cell lacks key fields {missing}")
-    blob = json.dumps({f: cell[f] for f in KEY_FIELDS}, sort_keys=True, default=str)
+    key = {f: cell[f] for f in KEY_FIELDS}
+    if cell.get("join_key"):
+        key["suite"] = cell["join_key"]
+    blob = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

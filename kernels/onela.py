@@ -2,7 +2,8 @@
 
 One program owns (request r, value head hv, a BV-row tile of V, a tile of BB beams). It loads the
 S_ctx[r, hv][BV, K] tile once and uses it for every beam of the tile: u_q = Q-hat S^T and u_k = K-hat S^T are
-two [BB, K] x [K, BV] tensor-core products (tf32). It then replays each beam's ancestral GTRs, gathered
+[BB, K] x [K, BV] tensor-core products (bf16 q, k against S split into bf16 hi + lo: fp32-level accuracy at the
+bf16 rate; kernels/NOTES.md says why not tf32). It then replays each beam's ancestral GTRs, gathered
 through the ancestry index, on those two accumulators (§3.2), forms delta_t and o_t, and appends only the new
 GTR (alpha fp32, delta bf16, k-hat bf16). No per-beam [V, K] state is ever written. The ancestry update of
 the step is fused in: the kernel reads the previous table at row parent(b) and writes beam b's row of the new
@@ -23,13 +24,22 @@ from artifact.paths import Stepper, StepperPath
 
 
 @triton.jit
+def _mm(a, b, UPCAST: tl.constexpr):
+    """a @ b with fp32 accumulation; UPCAST (CPU interpreter only, whose bf16 tl.dot is broken in Triton 3.6)
+    multiplies the same bf16 values as exact fp32 -- identical math."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+    return tl.dot(a, b)
+
+
+@triton.jit
 def _onela_step_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, par_ptr, anc_prev_ptr, anc_next_ptr,
     alpha_ptr, delta_ptr, khat_ptr, out_ptr,
     R, W, HV, HK, T_CAP,
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
-    BB: tl.constexpr, BV: tl.constexpr, DOT_PRECISION: tl.constexpr,
+    BB: tl.constexpr, BV: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
 ):
     pid_b = tl.program_id(0)
     pid_v = tl.program_id(1)
@@ -44,19 +54,39 @@ def _onela_step_kernel(
     offs_k = tl.arange(0, K)
     rw = r * W + offs_b                                   # flat (request, beam) row, [BB]
 
-    # current inputs: normalise q, k in fp32 (eps inside the sqrt, as use_qk_l2norm_in_kernel does)
+    # raw q, k (normalised below through their inverse norms: l2norm is a per-row scale, so it commutes
+    # with the projections; eps inside the sqrt, as use_qk_l2norm_in_kernel does)
     qk_off = r * sq_r + offs_b[:, None] * sq_w + hk * sq_h + offs_k[None, :]
-    q = tl.load(q_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
-    k = tl.load(k_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
-    q = q * (tl.rsqrt(tl.sum(q * q, axis=1) + 1e-6) * (K ** -0.5))[:, None]
-    k = k * tl.rsqrt(tl.sum(k * k, axis=1) + 1e-6)[:, None]
+    q_in = tl.load(q_ptr + qk_off, mask=mask_b[:, None], other=0.0)
+    k_in = tl.load(k_ptr + qk_off, mask=mask_b[:, None], other=0.0)
+    qf = q_in.to(tl.float32)
+    kf = k_in.to(tl.float32)
+    inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)      # q-hat = q * inv_q
+    inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)                    # k-hat = k * inv_k
 
-    # shared-context projections on the tensor cores: one S_ctx tile for all BB beams
+    # shared-context projections on the tensor cores: one S_ctx tile serves all BB beams. S is split into
+    # bf16 hi + lo (16 significant bits); bf16 q, k are exact in bf16, so two bf16 products give u = S q to
+    # about fp32 accuracy at the bf16 rate (tf32 would round S to 11 bits).
     s_off = (r * HV + hv).to(tl.int64) * (V * K) + offs_v[:, None] * K + offs_k[None, :]
     s_tile = tl.load(s_ptr + s_off)                                         # [BV, K] fp32
-    s_t = tl.trans(s_tile)                                                  # [K, BV]
-    u_q = tl.dot(q, s_t, input_precision=DOT_PRECISION)                     # [BB, BV]
-    u_k = tl.dot(k, s_t, input_precision=DOT_PRECISION)
+    s_hi = s_tile.to(tl.bfloat16)
+    s_lo = (s_tile - s_hi.to(tl.float32)).to(tl.bfloat16)
+    s_hi_t = tl.trans(s_hi)
+    s_lo_t = tl.trans(s_lo)
+    if QK_BF16:
+        qb = q_in
+        kb = k_in
+        u_q = _mm(qb, s_hi_t, UPCAST) + _mm(qb, s_lo_t, UPCAST)
+        u_k = _mm(kb, s_hi_t, UPCAST) + _mm(kb, s_lo_t, UPCAST)
+    else:   # other input dtypes: split q, k too (three products each)
+        qb = qf.to(tl.bfloat16)
+        kb = kf.to(tl.bfloat16)
+        qr = (qf - qb.to(tl.float32)).to(tl.bfloat16)
+        kr = (kf - kb.to(tl.float32)).to(tl.bfloat16)
+        u_q = _mm(qb, s_hi_t, UPCAST) + _mm(qb, s_lo_t, UPCAST) + _mm(qr, s_hi_t, UPCAST)
+        u_k = _mm(kb, s_hi_t, UPCAST) + _mm(kb, s_lo_t, UPCAST) + _mm(kr, s_hi_t, UPCAST)
+    u_q = u_q * inv_q[:, None]
+    u_k = u_k * inv_k[:, None]
 
     # ancestry of this step: h_t(b, j) = h_{t-1}(pi_t(b), j) for j < t-1, h_t(b, t-1) = pi_t(b)
     if STEP > 0:
@@ -69,14 +99,14 @@ def _onela_step_kernel(
                 slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
             if writer:
                 tl.store(anc_next_ptr + rw * T_CAP + j, slot, mask=mask_b)
-            rec = (j * R + r) * W + slot          # record row (step j, request r, slot)
+            rec = (j * R + r) * W + slot                                    # record (step j, request r, slot)
             a_j = tl.load(alpha_ptr + rec * HV + hv, mask=mask_b, other=1.0)
             k_j = tl.load(khat_ptr + (rec * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
                           mask=mask_b[:, None], other=0.0).to(tl.float32)
             d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
                           mask=mask_b[:, None], other=0.0).to(tl.float32)
-            kq = tl.sum(k_j * q, axis=1)
-            kk = tl.sum(k_j * k, axis=1)
+            kq = tl.sum(k_j * qf, axis=1) * inv_q
+            kk = tl.sum(k_j * kf, axis=1) * inv_k
             u_q = a_j[:, None] * u_q + d_j * kq[:, None]
             u_k = a_j[:, None] * u_k + d_j * kk[:, None]
 
@@ -87,7 +117,8 @@ def _onela_step_kernel(
     v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
                 mask=mask_b[:, None], other=0.0).to(tl.float32)
     delta = beta[:, None] * (v - alpha[:, None] * u_k)
-    o = alpha[:, None] * u_q + delta * tl.sum(k * q, axis=1)[:, None]
+    kq_t = tl.sum(kf * qf, axis=1) * inv_q * inv_k
+    o = alpha[:, None] * u_q + delta * kq_t[:, None]
     row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
     tl.store(out_ptr + row_v, o.to(out_ptr.dtype.element_ty), mask=mask_b[:, None])
 
@@ -99,7 +130,10 @@ def _onela_step_kernel(
         tl.store(alpha_ptr + rec_t * HV + hv, alpha, mask=mask_b)
         if hv % G == 0:
             tl.store(khat_ptr + (rec_t * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
-                     k.to(khat_ptr.dtype.element_ty), mask=mask_b[:, None])
+                     (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=mask_b[:, None])
+
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
 def _pow2(x: int) -> bool:
@@ -116,14 +150,13 @@ def launch_config(K: int, V: int, W: int, step: int) -> dict:
 class OneLAStepper(Stepper):
     """Shared S_ctx + append-only GtrStore + [R, W, T] ancestry (two ping-pong tables), one launch per step."""
 
-    def __init__(self, geometry, R, W, T, device, dot_precision: str = "tf32", config: dict | None = None):
+    def __init__(self, geometry, R, W, T, device, config: dict | None = None):
         super().__init__(geometry, R, W, T, device)
         reason = onela_supports(geometry, self.device)
         if reason:
             raise ValueError(reason)
         self.store = GtrStore(geometry, R, W, T, device=device)
         self.anc = torch.zeros(2, R, W, T, dtype=torch.int32, device=device)
-        self.dot_precision = dot_precision
         self.config = config
 
     def reset(self, s_ctx, tail=None):
@@ -150,7 +183,7 @@ class OneLAStepper(Stepper):
             R, W, geo.hv, geo.hk, self.T,
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
             K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"],
-            DOT_PRECISION=self.dot_precision, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
         return out
 
@@ -236,4 +269,4 @@ def onela_cost(wl) -> dict:
         nbytes += R * W * (geo.hv * geo.v * esz + rec_v + rec_k + t * 4 * 2)                   # o, new GTR, ancestry
         per_beam_head = 4 * geo.v * geo.k + t * (4 * geo.k + 4 * geo.v) + 6 * geo.v + 2 * geo.k
         flops += R * W * geo.hv * per_beam_head
-    return {"compulsory_bytes": nbytes, "flops": flops, "rate": "tf32_flop_per_s"}
+    return {"compulsory_bytes": nbytes, "flops": flops, "rate": "bf16_flop_per_s"}

@@ -1,0 +1,341 @@
+"""Figure 6 runner (paper §4.2): full-model decode-forward GPU time of a large-beam SID search, per path.
+
+`run_cells(cfg, cells, ctx)` is the `full_model` suite's cell runner (contract: sweeps.context). Per cell
+(path, R, W, T, prompt_len, seed) on the Qwen3.5-0.8B geometry with seeded random weights:
+  1. prefill the R seeded prompts once per (prompt_len, seed) -- and a decoy prompt set;
+  2. build the path's BeamDecoder, capture its T per-call CUDA graphs while the *decoy* prompt is loaded, then
+     load the real prompt, poison every stepper output and replay one whole beam search on the graphs;
+  3. gate: every GDN layer's replayed stepper outputs vs the FP32 FullState reference on the same inputs and
+     lineage (artifact.model.check), against ctx.tolerance -- a failing cell is recorded and never timed;
+  4. time: latency_ms = decode-forward GPU time summed over the T calls (CUDA events around each call's graph
+     replay; beam selection excluded; median / p20 / p80 over `repeats` whole searches), and the recurrent
+     share: the same T steps of only the GDN steppers, replayed from the checked decode's inputs.
+persistent_bytes / written_bytes are the steppers' recurrent state (all GDN layers). The recurrent share
+goes to the row's `recurrent_ms` column when the schema has one, and with the pipeline's conv/KV bytes and
+the prompt-attention kernel to the side file <results_dir>/full_model_recurrent.csv (joined on config_hash).
+
+`python -m artifact.fullmodel_bench` runs the Fig 6 grid standalone and prints the table and speedups.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import gc
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from artifact.model.check import poison, stepper_max_abs_err
+from artifact.model.config import get_model_config
+from artifact.model.decode import BeamDecoder
+from artifact.model.graphs import capture, time_decode, time_steppers
+from artifact.model.network import HybridModel, get_dtype
+from artifact.model.prefill import prefill, random_prompts
+from artifact.paths import get_path
+from artifact.results import COLUMNS
+from artifact.workload import Shape
+
+# vLLM 0.33 "align" prefix caching keeps a GDN checkpoint every mamba_block_size tokens. For Qwen3.5-0.8B on
+# an H200 (SM90) it is the attention block size that makes one attention page (block x 2 x 2 kv heads x 256 x
+# 2 B) cover one GDN page (conv 6144 x 3 bf16 + state 16 x 128 x 128 fp32, mamba_ssm_dtype float32 =
+# 1,085,440 B), rounded to the FlashInfer GDN prefill checkpoint alignment 64: 64 * ceil(1085440 / (64 *
+# 2048)) = 576 (vllm/platforms/interface.py _align_hybrid_block_size, v1/attention/backends/gdn_attn.py).
+VLLM_ALIGN_BLOCK_QWEN3_5_0_8B = 576
+SIDE_FILE = "full_model_recurrent.csv"
+SIDE_COLUMNS = ["config_hash", "run_id", "path", "prompt_len", "T", "O", "status", "latency_ms",
+                "recurrent_ms", "recurrent_p20_ms", "recurrent_p80_ms", "recurrent_share", "history_bytes",
+                "prompt_attention"]
+
+
+@dataclass
+class FullModelSettings:
+    """The suite's own knobs, read from the config's optional `full_model` section (defaults otherwise)."""
+
+    model: str | None = None          # model preset; None = the cell's geometry name (qwen3_5_0_8b)
+    checkpoint: str | None = None     # a local Hugging Face-layout folder to load instead of random weights
+    dtype: str = "bfloat16"
+    repeats: int = 10                 # timed beam searches per cell
+    warmup: int = 2
+    replay_block: int = VLLM_ALIGN_BLOCK_QWEN3_5_0_8B
+    attention: str = "auto"           # prompt-attention kernel: auto | flash | efficient | math
+    compile: bool | None = None       # fuse the non-recurrent ops with torch.compile; None = on a GPU only
+    recurrent_share: bool = True
+    cpu: bool = False                 # allow a CPU run (correctness only; sensible only with model=tiny)
+
+    @classmethod
+    def from_cfg(cls, cfg) -> "FullModelSettings":
+        section = None
+        try:
+            section = cfg.get("full_model") if hasattr(cfg, "get") else getattr(cfg, "full_model", None)
+        except Exception:  # noqa: BLE001 - a struct config without the key
+            section = None
+        if not section:
+            return cls()
+        known = {f.name for f in dataclasses.fields(cls)}
+        values = dict(section)
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"full_model settings: unknown key(s) {unknown}; known: {sorted(known)}")
+        out = cls(**values)
+        for name in ("repeats", "warmup", "replay_block"):
+            val = getattr(out, name)
+            if not isinstance(val, int) or val < (0 if name == "warmup" else 1):
+                raise ValueError(f"full_model.{name} must be a positive int, got {val!r}")
+        return out
+
+
+def _row(cell: dict, status: str, reason: str = "", **measured) -> dict:
+    reason = " ".join(str(reason).split())
+    return {**cell, "status": status, "reason": reason[:400], **measured}
+
+
+def _free(device) -> None:
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+class _Inputs:
+    """Model and prefills shared by the cells of one run (built on first use)."""
+
+    def __init__(self, settings: FullModelSettings, device):
+        self.settings, self.device = settings, torch.device(device)
+        self.models: dict = {}
+        self.prompts: dict = {}
+        self.compile = settings.compile if settings.compile is not None else self.device.type == "cuda"
+        self.compile_error = ""       # set when torch.compile failed on the first cell and the run went eager
+        self.compiled_ok = False
+
+    def model(self, cell) -> HybridModel:
+        s = self.settings
+        key = (s.checkpoint, s.model or cell["geometry"], cell["seed"])
+        if key not in self.models:
+            self.models.clear()
+            self.prompts.clear()
+            _free(self.device)
+            if s.checkpoint:
+                m = HybridModel.from_hf(s.checkpoint, get_dtype(s.dtype), self.device)
+            else:
+                m = HybridModel.random(get_model_config(key[1]), seed=cell["seed"], dtype=get_dtype(s.dtype),
+                                       device=self.device)
+            geo = m.cfg.geometry
+            if (geo.hk, geo.hv, geo.k, geo.v) != (cell["HK"], cell["HV"], cell["K"], cell["V"]):
+                raise ValueError(f"model {key[1]!r} has GDN geometry {geo}, but the cell asks for HK={cell['HK']} "
+                                 f"HV={cell['HV']} K={cell['K']} V={cell['V']}")
+            self.models[key] = m
+        return self.models[key]
+
+    def prompt(self, model: HybridModel, cell, decoy: bool):
+        key = (cell["R"], cell["prompt_len"], cell["seed"], decoy)
+        if key not in self.prompts:
+            for old in [k for k in self.prompts if k[:3] != key[:3]]:    # cells arrive grouped by prompt
+                del self.prompts[old]
+            seed = cell["seed"] + (1_000_003 if decoy else 0)
+            toks = random_prompts(cell["R"], cell["prompt_len"], model.cfg.vocab_size, seed, self.device)
+            self.prompts[key] = prefill(model, toks, replay_block=self.settings.replay_block)
+        return self.prompts[key]
+
+
+def run_cells(cfg, cells: list[dict], ctx) -> Iterator[dict]:
+    """One results row per cell (any order: cells sharing a prompt run together so its prefill is reused)."""
+    for row, _ in iter_cells(cfg, cells, ctx):
+        yield row
+
+
+def iter_cells(cfg, cells: list[dict], ctx) -> Iterator[tuple[dict, dict | None]]:
+    """(row, recurrent-share record or None) per cell."""
+    settings = FullModelSettings.from_cfg(cfg)
+    inputs = _Inputs(settings, ctx.device)
+    order = sorted(range(len(cells)), key=lambda i: (cells[i]["seed"], cells[i]["R"], cells[i]["prompt_len"],
+                                                     cells[i]["W"], cells[i]["T"]))
+    for i in order:
+        cell = cells[i]
+        ctx.started(cell)
+        side = []
+        row = _run_cell(cell, settings, inputs, ctx, side)
+        _free(ctx.device)
+        yield row, (side[0] if side else None)
+
+
+def _run_cell(cell: dict, settings: FullModelSettings, inputs: _Inputs, ctx, side: list) -> dict:
+    on_gpu = torch.device(ctx.device).type == "cuda"
+    if not on_gpu and not settings.cpu:
+        return _row(cell, "skipped", "full_model needs a CUDA GPU (the 0.8B model at W=256 beams); a CPU smoke "
+                                     "run: python -m artifact.fullmodel_bench --model tiny --cpu --R 2 --W 4")
+    try:
+        path = get_path(cell["path"])
+        model = inputs.model(cell)
+        reason = path.supports(model.cfg.geometry, Shape(cell["R"], cell["W"], cell["T"]), ctx.device)
+    except Exception as e:  # noqa: BLE001
+        return _row(cell, "failed", f"setup: {type(e).__name__}: {e}")
+    if reason:
+        return _row(cell, "skipped", reason)
+    row = _measure(cell, settings, inputs, ctx, model, side, on_gpu, inputs.compile)
+    if inputs.compile_error and inputs.compile and not inputs.compiled_ok:
+        # torch.compile is only a fusion of the fixed pipeline: if it breaks on the first cell, the whole run
+        # goes eager (recorded in every row's timer) rather than mixing fused and unfused cells.
+        inputs.compile = False
+        side.clear()
+        row = _measure(cell, settings, inputs, ctx, model, side, on_gpu, False)
+    elif row["status"] == "ok" and inputs.compile:
+        inputs.compiled_ok = True
+    return row
+
+
+def _measure(cell, settings, inputs, ctx, model, side: list, on_gpu: bool, compile: bool) -> dict:
+    try:
+        dec = BeamDecoder(model, cell["path"], cell["R"], cell["W"], cell["T"], cell["prompt_len"],
+                          attention=settings.attention, compile=compile)
+        pipeline = dec.ops.label + (f" (torch.compile failed: {inputs.compile_error})" if inputs.compile_error
+                                    else "")
+        if on_gpu:
+            dec.load_prompt(inputs.prompt(model, cell, decoy=True))
+            capture(dec)
+        dec.load_prompt(inputs.prompt(model, cell, decoy=False))
+        poison(dec)
+        result = dec.run(use_graphs=on_gpu)
+        err = stepper_max_abs_err(dec, result)
+        row = _row(cell, "ok", max_abs_err=err, tolerance=ctx.tolerance, persistent_bytes=dec.persistent_bytes(),
+                   written_bytes=dec.written_bytes())
+        if not err <= ctx.tolerance:
+            row.update(status="failed", reason=f"max_abs_err {err:.3e} > tolerance {ctx.tolerance:.3e} "
+                                                f"(GDN outputs vs FP32 FullState)")
+            side.append(_side(ctx, row, dec, None))
+            return row
+        if on_gpu and ctx.time_it:
+            t = time_decode(dec, settings.repeats, settings.warmup)
+            row.update(latency_ms=t["median_ms"], p20_ms=t["p20_ms"], p80_ms=t["p80_ms"],
+                       timer=(f"cuda_graph_per_call+cuda_events(sum over T calls, median of {settings.repeats} "
+                              f"searches, warmup {settings.warmup}; beam selection excluded; "
+                              f"pipeline {pipeline}; prompt attention {dec.attn_impl})"))
+            rec = time_steppers(dec, result.parents[: cell["T"]], settings.repeats, settings.warmup) \
+                if settings.recurrent_share else None
+            side.append(_side(ctx, row, dec, rec))
+        else:
+            row["timer"] = "none (CPU: correctness only)" if not on_gpu else "not timed"
+            side.append(_side(ctx, row, dec, None))
+        return row
+    except torch.cuda.OutOfMemoryError as e:
+        return _row(cell, "skipped", f"out of memory: {e}")
+    except Exception as e:  # noqa: BLE001 - recorded, and the sweep goes on
+        if compile and type(e).__module__.startswith(("torch._dynamo", "torch._inductor")):
+            inputs.compile_error = " ".join(f"{type(e).__name__}: {e}".split())[:160]
+        return _row(cell, "failed", f"{type(e).__name__}: {e}")
+
+
+def _side(ctx, row: dict, dec: BeamDecoder, rec: dict | None) -> dict:
+    """The recurrent share: into the row if the schema has the column, and one line of the side file."""
+    rec_ms = rec["median_ms"] if rec else math.nan
+    if "recurrent_ms" in COLUMNS:
+        row["recurrent_ms"] = rec_ms
+    lat = row.get("latency_ms", math.nan)
+    side = {"config_hash": row.get("config_hash", ""), "run_id": row.get("run_id", ""), "path": row["path"],
+            "prompt_len": row["prompt_len"], "T": row["T"], "O": row["T"] + 1, "status": row["status"],
+            "latency_ms": lat, "recurrent_ms": rec_ms,
+            "recurrent_p20_ms": rec["p20_ms"] if rec else math.nan,
+            "recurrent_p80_ms": rec["p80_ms"] if rec else math.nan,
+            "recurrent_share": rec_ms / lat if rec and lat == lat and lat > 0 else math.nan,
+            "history_bytes": dec.history_bytes(), "prompt_attention": dec.attn_impl}
+    results_dir = getattr(ctx, "results_dir", None)
+    if results_dir is None:
+        return side
+    f = Path(results_dir) / SIDE_FILE
+    f.parent.mkdir(parents=True, exist_ok=True)
+    new = not f.exists() or f.stat().st_size == 0
+    with open(f, "a", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=SIDE_COLUMNS)
+        if new:
+            w.writeheader()
+        w.writerow(side)
+    return side
+
+
+def _cells(args, run_id: str, git: str, tolerance: float) -> list[dict]:
+    from artifact.results import config_hash
+    geo = get_model_config(args.model).geometry
+    cells = []
+    for L in args.prompts:
+        for T in args.T:
+            for path in args.paths:
+                cell = dict(suite="full_model", path=path, geometry=args.model, R=args.R, W=args.W, T=T, O=T + 1,
+                            HK=geo.hk, HV=geo.hv, K=geo.k, V=geo.v, prompt_len=L, lineage="beam", seed=args.seed,
+                            tolerance=tolerance)
+                cell.update(config_hash=config_hash({**cell, "join_key": "full_model"}), run_id=run_id,
+                            git_commit=git)
+                cells.append(cell)
+    return cells
+
+
+def main(argv=None) -> int:
+    """Run the Fig 6 grid (or a part) without Hydra, append rows to a results CSV, print the table."""
+    import argparse
+    import datetime
+    from types import SimpleNamespace
+
+    from artifact.measure import DEFAULT_TOLERANCE
+    from artifact.model.fig6_table import FIG6_PATHS, format_fig6
+    from artifact.results import append_row, finished_hashes, git_commit, write_env
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--paths", nargs="+", default=list(FIG6_PATHS))
+    ap.add_argument("--prompts", nargs="+", type=int, default=[1024, 5120])
+    ap.add_argument("--T", nargs="+", type=int, default=[2, 3, 4, 5, 6])
+    ap.add_argument("--R", type=int, default=4)
+    ap.add_argument("--W", type=int, default=256)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--model", default="qwen3_5_0_8b")
+    ap.add_argument("--checkpoint", default=None)
+    ap.add_argument("--repeats", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
+    ap.add_argument("--results-dir", default="results")
+    ap.add_argument("--csv", default=None, help="default: <results-dir>/full_model.csv")
+    ap.add_argument("--redo", action="store_true", help="re-run cells already in the CSV")
+    ap.add_argument("--cpu", action="store_true", help="allow a CPU run (correctness only)")
+    ap.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
+                    help="torch.compile the non-recurrent ops (auto: on a GPU)")
+    ap.add_argument("--table-only", action="store_true", help="print the table from the CSV; run nothing")
+    args = ap.parse_args(argv)
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    results_dir = Path(args.results_dir)
+    out_csv = Path(args.csv) if args.csv else results_dir / "full_model.csv"
+    if args.table_only:
+        rows = list(csv.DictReader(open(out_csv))) if out_csv.exists() else []
+        side = results_dir / SIDE_FILE
+        rec = {r["config_hash"]: float(r["recurrent_ms"]) for r in csv.DictReader(open(side))
+               if r["recurrent_ms"] not in ("", "nan")} if side.exists() else {}
+        for r in rows:
+            r["latency_ms"] = float(r["latency_ms"]) if r.get("latency_ms") not in (None, "") else math.nan
+        print(format_fig6([r for r in rows if r.get("suite", "full_model") == "full_model"], rec))
+        return 0
+    run_id = "full_model-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    git = git_commit()
+    write_env(results_dir / "env" / f"{run_id}.json", {"runner": "artifact.fullmodel_bench", "argv": vars(args)})
+    cfg = {"full_model": {"model": args.model, "checkpoint": args.checkpoint, "repeats": args.repeats,
+                          "warmup": args.warmup, "cpu": args.cpu,
+                          "compile": {"auto": None, "on": True, "off": False}[args.compile]}}
+    ctx = SimpleNamespace(device=device, tolerance=args.tolerance, time_it=device.type == "cuda", run_id=run_id,
+                          git_commit=git, results_dir=results_dir, started=lambda c: print(
+                              f"[fig6] {c['path']} L={c['prompt_len']} O={c['O']} ...", flush=True))
+    done = set() if args.redo else finished_hashes(out_csv)
+    cells = [c for c in _cells(args, run_id, git, args.tolerance) if c["config_hash"] not in done]
+    rows, rec, failed = [], {}, 0
+    for row, side in iter_cells(cfg, cells, ctx):
+        append_row(out_csv, row)
+        rows.append(row)
+        failed += row["status"] == "failed"
+        if side:
+            rec[row["config_hash"]] = side["recurrent_ms"]
+        print(f"[fig6]   -> {row['status']} latency_ms={row.get('latency_ms', '')} "
+              f"max_abs_err={row.get('max_abs_err', '')} {row.get('reason', '')}", flush=True)
+    print(format_fig6(rows, rec))
+    print(f"\n{len(rows)} cells run ({failed} failed); {len(done)} already in {out_csv}; rows appended there")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,87 @@
+"""Decode attention of a full-attention layer: each beam attends to its request's prompt KV (stored once, shared
+by all W beams) plus its own decode-time KV; the two parts are merged exactly through their log-sum-exp.
+
+The prompt part batches every beam and query head of a request against the one prompt KV: for KV head h the
+queries of all W beams x (nq / nkv) grouped heads form one [W * G, D] block, so no beam ever copies the prompt
+KV. Its kernel, by name:
+- "flash": torch's FlashAttention op (`aten._scaled_dot_product_flash_attention`, which also returns the LSE);
+- "efficient": torch's memory-efficient attention op (`aten._scaled_dot_product_efficient_attention`);
+- "math": fp32 scores and softmax in plain torch (the CPU path and the oracle of the other two).
+`select_prompt_attention` picks the first that runs and agrees with "math" on a probe input, and says which.
+"""
+from __future__ import annotations
+
+import torch
+
+IMPLS = ("flash", "efficient", "math")
+
+
+def _math(q, k, v, scale):
+    s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.matmul(torch.softmax(s, dim=-1), v.float()), lse
+
+
+def _flash(q, k, v, scale):
+    out = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False, scale=scale)
+    return out[0], out[1]
+
+
+def _efficient(q, k, v, scale):
+    out = torch.ops.aten._scaled_dot_product_efficient_attention(q, k, v, None, True, 0.0, False, scale=scale)
+    return out[0], out[1][..., : q.shape[-2]]
+
+
+_KERNELS = {"flash": _flash, "efficient": _efficient, "math": _math}
+
+
+def prompt_attention(impl: str, q, k, v, scale: float):
+    """q [R, Hkv, M, D], k/v [R, Hkv, L, D] -> (o [R, Hkv, M, D], lse [R, Hkv, M] fp32), no mask."""
+    if impl not in _KERNELS:
+        raise ValueError(f"unknown prompt-attention impl {impl!r}; known: {IMPLS}")
+    return _KERNELS[impl](q, k, v, scale)
+
+
+def select_prompt_attention(device, dtype, head_dim: int, preferred: str = "auto") -> str:
+    """The kernel decode will use: `preferred`, or on "auto" the first of IMPLS that runs here and matches math."""
+    device = torch.device(device)
+    if preferred != "auto":
+        if preferred not in IMPLS:
+            raise ValueError(f"unknown prompt-attention impl {preferred!r}; known: auto, {', '.join(IMPLS)}")
+        return preferred
+    if device.type != "cuda" or dtype not in (torch.float16, torch.bfloat16):
+        return "math"
+    gen = torch.Generator(device=device).manual_seed(0)
+    q, k, v = (torch.randn(2, 2, n, head_dim, generator=gen, device=device).to(dtype) for n in (40, 300, 300))
+    ref_o, ref_lse = _math(q, k, v, head_dim ** -0.5)
+    for impl in IMPLS[:-1]:
+        try:
+            o, lse = prompt_attention(impl, q, k, v, head_dim ** -0.5)
+        except (RuntimeError, TypeError, NotImplementedError):
+            continue
+        if o.shape == ref_o.shape and (o.float() - ref_o).abs().max() < 2e-2 \
+                and (lse.float() - ref_lse).abs().max() < 1e-3:
+            return impl
+    return "math"
+
+
+def shared_prefix_attention(impl: str, q, k_prompt, v_prompt, k_own, v_own, scale: float) -> torch.Tensor:
+    """Softmax attention of each beam over [prompt KV of its request ; its own decode KV].
+
+    q [R, W, nq, D]; k_prompt/v_prompt [R, Hkv, L, D]; k_own/v_own [R, W, n, Hkv, D]. Returns [R, W, nq, D].
+    """
+    R, W, nq, D = q.shape
+    hkv = k_prompt.shape[1]
+    G = nq // hkv
+    qg = q.view(R, W, hkv, G, D)
+    qp = qg.permute(0, 2, 1, 3, 4).reshape(R, hkv, W * G, D)
+    o_p, lse_p = prompt_attention(impl, qp, k_prompt, v_prompt, scale)
+    o_p = o_p.reshape(R, hkv, W, G, D).permute(0, 2, 1, 3, 4).float()     # [R, W, Hkv, G, D]
+    lse_p = lse_p.reshape(R, hkv, W, G).permute(0, 2, 1, 3).float()       # [R, W, Hkv, G]
+    s = torch.einsum("rwhgd,rwjhd->rwhgj", qg.float(), k_own.float()) * scale
+    m = torch.maximum(lse_p, s.amax(-1))
+    w_p = torch.exp(lse_p - m)
+    w_s = torch.exp(s - m[..., None])
+    num = w_p[..., None] * o_p + torch.einsum("rwhgj,rwjhd->rwhgd", w_s, v_own.float())
+    out = num / (w_p + w_s.sum(-1))[..., None]
+    return out.reshape(R, W, nq, D).to(q.dtype)

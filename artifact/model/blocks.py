@@ -1,0 +1,67 @@
+"""The decode forward's non-recurrent work as five pure functions, so that one switch can fuse them.
+
+Between GEMMs a decode layer is a chain of small element-wise ops (norms, conv taps, gates, rotary, SwiGLU);
+run eagerly each is a kernel and a round trip through HBM. Serving frameworks fuse them (vLLM compiles the
+model with torch.compile and replays CUDA graphs); `DecodeOps(compile=True)` does the same with
+torch.compile (Inductor, default mode, static shapes) -- the compiled kernels are then captured in the
+decode's CUDA graphs like any others. Identical for every path, so it moves no comparison; it keeps the fixed
+part of the model from being slower than a real serving stack's.
+"""
+from __future__ import annotations
+
+import torch
+
+from artifact.model.layers import apply_rotary, causal_conv_step, gated_rms_norm, gdn_gates, rms_norm, swiglu
+
+
+def norm_proj(x, ln, w, eps: float):
+    """rmsnorm(x) @ w^T: a layer's input norm and its fused input projection."""
+    return rms_norm(x, ln, eps) @ w.t()
+
+
+def conv_gates(x, hist: list, conv_w, a, b, A_log, dt_bias, mixed_out, g_out, beta_out):
+    """GDN: silu(causal conv) of q|k|v into mixed_out; log-decay and beta into g_out / beta_out."""
+    causal_conv_step(hist, x, conv_w, out=mixed_out)
+    g, beta = gdn_gates(a, b, A_log, dt_bias)
+    g_out.copy_(g)
+    beta_out.copy_(beta)
+
+
+def gdn_post(o, z, norm_w, x, out_w, ln2, gate_up, down, eps: float):
+    """GDN output: gated norm, out_proj, residual; then the MLP block with its residual."""
+    x = x + gated_rms_norm(o, z, norm_w, eps, x.dtype).flatten(-2) @ out_w.t()
+    return x + swiglu(rms_norm(x, ln2, eps), gate_up, down)
+
+
+def attn_pre(q, k, q_norm, k_norm, cos, sin, eps: float):
+    """Attention: zero-centred q/k norms per head, then partial rotary."""
+    return (apply_rotary(rms_norm(q, q_norm, eps), cos, sin), apply_rotary(rms_norm(k, k_norm, eps), cos, sin))
+
+
+def attn_post(o, gate, x, o_w, ln2, gate_up, down, eps: float):
+    """Attention output: sigmoid output gate, o_proj, residual; then the MLP block with its residual."""
+    x = x + (o.flatten(-2) * torch.sigmoid(gate)) @ o_w.t()
+    return x + swiglu(rms_norm(x, ln2, eps), gate_up, down)
+
+
+FUNCTIONS = ("norm_proj", "conv_gates", "gdn_post", "attn_pre", "attn_post")
+
+
+class DecodeOps:
+    """The five functions, eager or torch.compile'd (fullgraph, static shapes)."""
+
+    def __init__(self, compile: bool = False):
+        self.compiled = bool(compile)
+        if compile:
+            # conv_gates sees up to P+1 stride patterns per shape (expanded prompt-tail views vs gathered
+            # windows); never let a recompile limit silently send a call back to eager.
+            for key in ("cache_size_limit", "recompile_limit"):
+                if hasattr(torch._dynamo.config, key):
+                    setattr(torch._dynamo.config, key, max(64, getattr(torch._dynamo.config, key)))
+        for name in FUNCTIONS:
+            fn = globals()[name]
+            setattr(self, name, torch.compile(fn, fullgraph=True, dynamic=False) if compile else fn)
+
+    @property
+    def label(self) -> str:
+        return "torch.compile(inductor)" if self.compiled else "eager"

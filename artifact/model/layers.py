@@ -1,0 +1,86 @@
+"""Functional building blocks of the Qwen3.5 hybrid model, shared by prefill and decode.
+
+Each follows the reference modelling code (transformers `models/qwen3_5/modeling_qwen3_5.py`, vLLM
+`model_executor/models/qwen3_5.py`):
+- RMSNorm is zero-centred (`Qwen3_5RMSNorm`, vLLM's GemmaRMSNorm): x * rsqrt(mean x^2 + eps) * (1 + w), in fp32.
+- The GDN output norm is gated (`Qwen3_5RMSNormGated`): rmsnorm(o) * w * silu(z) per value head, in fp32.
+- Attention (`Qwen3_5Attention`): q_proj emits per head [query | gate] (2 * head_dim); q_norm / k_norm are
+  zero-centred RMSNorms over head_dim before rotary; output = attn * sigmoid(gate) then o_proj.
+- Rotary is partial and non-interleaved: the first rotary_dim = head_dim * 0.25 dims rotate with
+  rotate_half over [cos | cos]; the rest pass through. Qwen3.5's interleaved M-RoPE reduces to this 1-D
+  rope for text (all three position sections are equal).
+- GDN gates: g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b), both fp32; the causal conv is
+  depthwise over q|k|v channels with silu.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Zero-centred RMSNorm over the last dim, computed in fp32, returned in x's dtype."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + weight.float())
+    return y.to(x.dtype)
+
+
+def gated_rms_norm(o: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: float, dtype) -> torch.Tensor:
+    """GDN output norm: rmsnorm(o) * weight * silu(z) over the last (value) dim, fp32 inside."""
+    of = o.float()
+    y = of * torch.rsqrt(of.pow(2).mean(-1, keepdim=True) + eps) * weight.float()
+    return (y * F.silu(z.float())).to(dtype)
+
+
+def swiglu(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
+    """down(silu(gate(x)) * up(x)) with gate and up fused into one [2I, H] weight."""
+    gu = x @ w_gate_up.t()
+    gate, up = gu.chunk(2, dim=-1)
+    return (F.silu(gate) * up) @ w_down.t()
+
+
+def rotary_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos, sin [P, rotary_dim] (fp32) for integer positions [P]: frequencies repeated as [f | f]."""
+    inv_freq = 1.0 / (theta ** (torch.arange(0, rotary_dim, 2, dtype=torch.float64, device=positions.device)
+                                / rotary_dim))
+    freqs = positions.double()[:, None] * inv_freq[None, :]
+    emb = torch.cat([freqs, freqs], dim=-1)
+    return emb.cos().float(), emb.sin().float()
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate the first cos.shape[-1] dims of x (rotate_half layout); cos/sin broadcast against x[..., :rot]."""
+    rot = cos.shape[-1]
+    xr, xp = x[..., :rot].float(), x[..., rot:]
+    x1, x2 = xr[..., : rot // 2], xr[..., rot // 2:]
+    rotated = xr * cos + torch.cat([-x2, x1], dim=-1) * sin
+    return torch.cat([rotated.to(x.dtype), xp], dim=-1)
+
+
+def gdn_gates(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor):
+    """(g, beta) fp32 contiguous: the log-decay and the write strength of each (token, value head)."""
+    g = -torch.exp(A_log.float()) * F.softplus(a.float() + dt_bias.float())
+    beta = torch.sigmoid(b.float())
+    return g.contiguous(), beta.contiguous()
+
+
+def causal_conv_step(history: list[torch.Tensor], x: torch.Tensor, weight: torch.Tensor,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+    """One decode position of the depthwise causal conv: silu(sum_j w[:, j] * window[j]) in fp32.
+
+    history: the width-1 previous inputs, oldest first, each like x [..., C]; weight [C, width] fp32.
+    The result (x's dtype) goes to `out` when given.
+    """
+    acc = x.float() * weight[:, -1]
+    for j, h in enumerate(history):
+        acc = acc + h.float() * weight[:, j]
+    if out is None:
+        return F.silu(acc).to(x.dtype)
+    return out.copy_(F.silu(acc))
+
+
+def causal_conv_prefill(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """Depthwise causal conv + silu over a sequence: x [B, L, C] -> [B, L, C] (fp32 inside), zero history."""
+    C, width = weight.shape
+    y = F.conv1d(x.float().transpose(1, 2), weight[:, None, :], padding=width - 1, groups=C)[..., : x.shape[1]]
+    return F.silu(y).transpose(1, 2).to(x.dtype)

@@ -1,0 +1,99 @@
+"""What the vLLM / SGLang adapters share: device and grid checks, gate conversion, roofline counts.
+
+Roofline counts (DESIGN §4) are the compulsory bytes and FLOPs of each algorithm, not of a kernel's tiling:
+a GDN token update of one value head costs ~7·V·K fp32 FLOPs (decay V·K, S·k̂ 2V·K, rank-1 update 2V·K,
+S·q̂ 2V·K); the recurrent kernels do it on CUDA cores, so the rate is "fp32_flop_per_s".
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+
+CUDA_GRID_YZ_MAX = 65535      # CUDA's limit on gridDim.y and gridDim.z
+
+
+# Both frameworks' fla kernels bind `exp = tl.exp` at module level (fla/op.py) and call the alias inside
+# @triton.jit code; Triton 3.6's CPU interpreter only patches `tl.*` looked up at run time, so the call
+# fails ("_semantic argument must be provided outside of JIT functions"). Checked under TRITON_INTERPRET=1.
+FLA_ALIAS_CPU_REASON = ("{fw}'s fla kernels call `exp`, a module-level alias of tl.exp, which Triton's CPU "
+                        "interpreter cannot execute; this path is tested on the GPU")
+
+
+def device_reason(device, framework: str, cpu_reason: str | None = None) -> str | None:
+    """None on a CUDA device; on a CPU, why a framework's Triton kernel cannot run here (`cpu_reason` when
+    the framework's code itself rules the interpreter out)."""
+    dev = torch.device(device)
+    if dev.type == "cuda":
+        return None
+    if dev.type == "cpu" and os.environ.get("TRITON_INTERPRET") == "1":
+        return cpu_reason
+    return (f"{framework}'s Triton kernels need a CUDA device (got {dev}; on a CPU they can run only under "
+            f"TRITON_INTERPRET=1 where the framework allows it)")
+
+
+def memory_reason(nbytes: int, device, what: str) -> str | None:
+    """A reason if `nbytes` of persistent state cannot fit in the device's free memory now."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return None
+    free, _ = torch.cuda.mem_get_info(dev)
+    if nbytes > free:
+        return f"{what} needs {nbytes / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB of GPU memory is free"
+    return None
+
+
+def grid_reason(n_programs: int, what: str) -> str | None:
+    if n_programs > CUDA_GRID_YZ_MAX:
+        return (f"not natively supported: {what} = {n_programs} > {CUDA_GRID_YZ_MAX}, the CUDA launch-grid limit "
+                f"of the axis the framework puts it on")
+    return None
+
+
+def state_bytes(geometry) -> int:
+    return geometry.hv * geometry.v * geometry.k * 4
+
+
+def token_input_bytes(geometry, elem: int = 2) -> int:
+    """q, k, v of one token (input dtype) plus its fp32 g and beta, all heads."""
+    g = geometry
+    return elem * (2 * g.hk * g.k + g.hv * g.v) + 8 * g.hv
+
+
+def token_flops(geometry) -> int:
+    """One token's recurrent update and output, all value heads (plus the q/k L2 norms)."""
+    g = geometry
+    return g.hv * (7 * g.v * g.k + 2 * g.v) + 2 * g.hk * 3 * g.k
+
+
+def fullstate_cost(wl, extra_state_copies: int = 0) -> dict:
+    """FullState: every beam reads its parent's state and writes its own each step; `extra_state_copies`
+    counts full-state gathers per beam per step (read + write) that a path pays on top."""
+    geo, N = wl.geometry, wl.R * wl.W
+    sb, elem = state_bytes(geo), wl.q.element_size()
+    per_step = N * (2 * sb * (1 + extra_state_copies) + token_input_bytes(geo, elem) + geo.hv * geo.v * elem)
+    return {"compulsory_bytes": wl.T * per_step + 2 * wl.R * sb, "flops": wl.T * N * token_flops(geo),
+            "rate": "fp32_flop_per_s"}
+
+
+def replay_cost(wl, tail_len: int = 0) -> dict:
+    """ReplaySSM: at step t every beam loads the checkpoint and replays tail_len + t + 1 tokens, whose inputs
+    it first gathers along its ancestry (t tokens read + written)."""
+    geo, N = wl.geometry, wl.R * wl.W
+    sb, elem = state_bytes(geo), wl.q.element_size()
+    tok = token_input_bytes(geo, elem)
+    nbytes = flops = 0
+    for t in range(wl.T):
+        n_tok = tail_len + t + 1
+        nbytes += N * (sb + n_tok * tok + 2 * t * tok + geo.hv * geo.v * elem)
+        flops += N * n_tok * token_flops(geo)
+    return {"compulsory_bytes": nbytes, "flops": flops, "rate": "fp32_flop_per_s"}
+
+
+def gates_to_logits(g: torch.Tensor, beta: torch.Tensor, a_out: torch.Tensor, b_out: torch.Tensor) -> None:
+    """Raw gate inputs for kernels that form the gates themselves (g = -exp(A_log)·softplus(a + dt_bias),
+    beta = sigmoid(b)): with A_log = dt_bias = 0, a = log(expm1(-g)) and b = logit(beta) reproduce the
+    workload's g and beta to fp32 rounding. Elementwise, [N, HV] per step: the model's projection would
+    emit a and b directly, so this stands in for no framework work."""
+    torch.log(torch.expm1(-g), out=a_out)
+    torch.logit(beta, out=b_out)

@@ -1,0 +1,122 @@
+"""SGLang FullState: one fp32 recurrent state per live beam, updated in place by SGLang's decode kernel.
+
+Kernel: `sglang.kernels.ops.attention.fla.fused_recurrent.fused_recurrent_gated_delta_rule_packed_decode`
+from the sglang==0.5.23 wheel, unmodified: SGLang's GDN decode fast path (`TritonGDNKernel.packed_decode`),
+called as SGLang calls it (scale = K^-0.5, use_qk_l2norm_in_kernel=True; its norm is
+x / sqrt(sum x^2 + 1e-6), as DESIGN §1). It reads packed [q | k | v] rows and forms the gates itself,
+g = -exp(A_log)·softplus(a + dt_bias), beta = sigmoid(b); with A_log = dt_bias = 0 this path passes
+a = log(expm1(-g)), b = logit(beta) (`_common.gates_to_logits`), which reproduces the workload's gates.
+
+Slots: SGLang's pool layout fp32 [slots, HV, V, K] (indices < 0 are skipped; none are used here). The
+kernel reads and writes the state of one slot (`ssm_state_indices[n]`), so a child cannot read its parent's
+slot without overwriting a state another child still needs: the path keeps two pools of R·W slots that
+alternate. Beam b of request r at step t owns slot r·W + b of pool t % 2.
+
+Beam-state maintenance, paid every step: one gather of full states into the pool the kernel then updates in
+place (`torch.index_select`): at t = 0 request r's s_ctx into each of its beams' slots, later each child's
+parent's state from the other pool. That is one extra state read + write per beam per step on top of the
+kernel's own. Per step the adapter also packs [q | k | v] into one row per beam and converts the gates
+(inputs only, ~1% of the state bytes). Not natively supported: R·W·HV > 65535 (grid axis y = B·HV).
+"""
+from __future__ import annotations
+
+import torch
+
+from artifact.paths import Stepper, StepperPath
+from baselines import _common, _load
+
+PACK_SPEC = {
+    "wheel": "sglang==0.5.23",
+    "modules": [
+        "sglang.kernels.ops.attention.fla.fused_recurrent",
+        # imported by name inside functions that run at import time (sglang.srt.runtime_context)
+        "sglang.srt.arg_groups.arg_utils",
+        "sglang.srt.arg_groups.fields",
+        "sglang.srt.arg_groups.fields.parallel",
+    ],
+    "follow_lazy": ["sglang.kernels.ops.attention.fla", "sglang.kernels.ops.attention.linear"],
+    # registries and re-exports: sglang/__init__ imports the serving front end, the kernels/ops/attention
+    # __init__ files register KernelSpec metadata
+    "stub_packages": ["sglang", "sglang.kernels", "sglang.kernels.ops", "sglang.kernels.ops.attention"],
+    "extension_stubs": [],
+    # imported at module level by sglang.srt.utils.common and its imports, never by the kernels
+    "placeholders": ["zmq", "torchcodec", "transformers", "pydantic_core", "pydantic", "orjson", "psutil",
+                     "pybase64", "requests", "PIL", "starlette"],
+    # msgspec: sglang's platform classes subclass msgspec.Struct at import time (binary: match the host)
+    "deps": ["packaging==26.4", "msgspec==0.23.0"],
+}
+KERNEL_MODULE = "sglang.kernels.ops.attention.fla.fused_recurrent"
+
+
+def kernel():
+    return _load.load(PACK_SPEC, KERNEL_MODULE).fused_recurrent_gated_delta_rule_packed_decode
+
+
+def sglang_reason(device, spec: dict = PACK_SPEC, module: str = KERNEL_MODULE, cpu_ok: bool = False) -> str | None:
+    """Why SGLang's kernel in `module` cannot run here (import failure first: it says what is missing)."""
+    return _load.unavailable_reason(spec, [module]) or _common.device_reason(
+        device, "SGLang", None if cpu_ok else _common.FLA_ALIAS_CPU_REASON.format(fw="SGLang"))
+
+
+class SglangFullStateStepper(Stepper):
+    def __init__(self, geometry, R, W, T, device):
+        super().__init__(geometry, R, W, T, device)
+        self.fn = kernel()
+        N, g, dev = R * W, geometry, self.device
+        self.N = N
+        self.pools = torch.zeros(2 * N, g.hv, g.v, g.k, dtype=torch.float32, device=dev)
+        beam = torch.arange(N, dtype=torch.int32, device=dev)
+        self.slots = torch.stack([beam, N + beam])                                 # [2, N] in-place slots
+        self.request_of_beam = torch.arange(R, device=dev).repeat_interleave(W)   # t = 0 gather source
+        self.row_base = (torch.arange(R, device=dev) * W)[:, None]
+        self.zeros_hv = torch.zeros(g.hv, dtype=torch.float32, device=dev)        # A_log = dt_bias = 0
+        self.a = torch.empty(N, g.hv, dtype=torch.float32, device=dev)
+        self.b = torch.empty(N, g.hv, dtype=torch.float32, device=dev)
+        self.mixed = None
+        self.scale = g.k ** -0.5
+
+    def reset(self, s_ctx, tail=None):
+        if tail is not None:
+            raise ValueError("SglangFullStateStepper: a prompt tail is ReplaySSM-only; FullState starts from s_ctx")
+        self.s_ctx = s_ctx
+
+    def step(self, t, q, k, v, g, beta, parents, out):
+        N, geo = self.N, self.geometry
+        dst = self.pools[(t % 2) * N:(t % 2 + 1) * N]
+        if t == 0:
+            torch.index_select(self.s_ctx, 0, self.request_of_beam, out=dst)
+        else:
+            src = self.pools[((t - 1) % 2) * N:((t - 1) % 2 + 1) * N]
+            torch.index_select(src, 0, (parents.long() + self.row_base).reshape(N), out=dst)
+        if self.mixed is None or self.mixed.dtype != q.dtype:
+            self.mixed = torch.empty(N, 2 * geo.hk * geo.k + geo.hv * geo.v, dtype=q.dtype, device=self.device)
+        torch.cat([q.reshape(N, -1), k.reshape(N, -1), v.reshape(N, -1)], dim=1, out=self.mixed)
+        _common.gates_to_logits(g.reshape(N, geo.hv), beta.reshape(N, geo.hv), self.a, self.b)
+        o = out if out.is_contiguous() else torch.empty_like(out, memory_format=torch.contiguous_format)
+        self.fn(mixed_qkv=self.mixed, a=self.a, b=self.b, A_log=self.zeros_hv, dt_bias=self.zeros_hv,
+                scale=self.scale, initial_state=self.pools, out=o.view(N, 1, geo.hv, geo.v),
+                ssm_state_indices=self.slots[t % 2], use_qk_l2norm_in_kernel=True)
+        if o is not out:
+            out.copy_(o)
+        return out
+
+    def persistent_bytes(self):
+        return self.pools.numel() * self.pools.element_size()
+
+    def written_bytes(self):
+        return 2 * self.T * self.N * _common.state_bytes(self.geometry)   # gather + kernel, per step
+
+
+class SglangFullStatePath(StepperPath):
+    name = "sglang_fullstate"
+    stepper_cls = SglangFullStateStepper
+
+    def supports(self, geometry, shape, device):
+        n = shape.R * shape.W
+        return (sglang_reason(device)
+                or _common.grid_reason(n * geometry.hv, "R*W*HV (grid y of the packed decode kernel)")
+                or _common.memory_reason(2 * n * _common.state_bytes(geometry), device,
+                                         "the two FullState pools"))
+
+    def cost(self, wl):
+        return _common.fullstate_cost(wl, extra_state_copies=1)

@@ -1,0 +1,197 @@
+"""TensorRT-LLM FullState: one fp32 recurrent state per live beam, updated in place by TRT-LLM's decode kernel.
+
+Kernel: `tensorrt_llm._torch.modules.fla.fused_sigmoid_gating_recurrent.fused_sigmoid_gating_delta_rule_update`
+(TensorRT-LLM 1.2 as installed, unmodified; its Triton kernel `fused_sigmoid_gating_delta_rule_update_kernel`;
+read from current main sources, which could not be run here), called as
+TRT-LLM's Qwen3-Next / Qwen3.5 GDN mixer calls it at decode: varlen, q/k/v as [1, N, H, D] with
+cu_seqlens = 0..N, softplus_beta = 1, softplus_threshold = 20, scale = K^-0.5, use_qk_l2norm_in_kernel=True.
+Its norm is x / (sqrt(sum x^2) + 1e-6) in current sources (eps outside the root; DESIGN §1 puts it inside:
+a relative difference below 1e-7 at |x| ~ sqrt(K)). The kernel forms its gates as g = -exp(A_log)·softplus(
+a + dt_bias), beta = sigmoid(b); this path passes A_log = dt_bias = 0, a = log(expm1(-g)), b = logit(beta) in
+fp32 (`_common.gates_to_logits`), which reproduces the workload's gates. With an fp32 state pool the wrapper
+takes its Triton path (its FlashInfer dispatch is for bf16 state pools only).
+
+State layout: current TRT-LLM sources keep the pool as [slots, HV, V, K] (K contiguous); sources adapted
+from SGLang's first version used [slots, HV, K, V]. The stepper finds out which one the installed kernel
+uses with a one-state probe at construction (untimed) and keeps its pool, and a transposed copy of s_ctx if
+needed, in that layout.
+
+Slots: the kernel reads and writes one slot per sequence (`initial_state_indices[n]`), so a child cannot read
+its parent's slot without overwriting a state a sibling still needs. The path keeps two pools of R·W slots
+that alternate: beam b of request r owns slot r·W + b of pool t % 2.
+
+Beam-state maintenance paid every step: one gather of full states into the pool the kernel then updates in
+place (`torch.index_select`): at t = 0 request r's s_ctx into each of its beams' slots, later each child's
+parent's state from the other pool: one extra state read + write per beam per step on top of the kernel's.
+Not natively supported: N·HV > 65535 on kernels that launch one program per sequence-head on grid z without
+the grid-stride loop current sources have.
+
+The tensorrt_llm package on PyPI is a stub that downloads from NVIDIA's own index; where it is not
+installed every cell is a skip naming that.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+
+from artifact.paths import Stepper, StepperPath
+from artifact.workload import l2norm
+from baselines import _common, _load
+
+KERNEL_MODULE = "tensorrt_llm._torch.modules.fla.fused_sigmoid_gating_recurrent"
+# Not named PACK_SPEC: no TRT-LLM wheel can be downloaded, so `baselines.pack` has nothing to take it from.
+LOAD_SPEC = {"wheel": "tensorrt-llm==1.2.0", "modules": [KERNEL_MODULE]}
+NOT_ON_PYPI = ("TensorRT-LLM's PyPI package is a stub that downloads the real wheel from NVIDIA's own "
+               "package index at install time; install TensorRT-LLM 1.2 from there or its container")
+LAYOUTS = ("vk", "kv")          # state [slots, HV, V, K] (K contiguous) or [slots, HV, K, V]
+
+
+def kernel():
+    """TRT-LLM's decode entry point (raises ImportError with the reason)."""
+    try:
+        return _load.load(LOAD_SPEC, KERNEL_MODULE).fused_sigmoid_gating_delta_rule_update
+    except ImportError as e:
+        raise ImportError(f"{e} ({NOT_ON_PYPI})") from e
+
+
+@functools.cache
+def _grid_strided(fn) -> bool:
+    """Whether the wrapper caps grid z at CUDA's 65535 and grid-strides over sequence-heads (current sources)."""
+    try:
+        return str(_common.CUDA_GRID_YZ_MAX) in inspect.getsource(fn)
+    except (OSError, TypeError):
+        return False
+
+
+def _takes_output(fn) -> bool:
+    """Newer wrappers write into a caller's `output`; older ones always allocate and return o."""
+    try:
+        return "output" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _one_step(S_vk, q, k, v, alpha, beta, geo):
+    """Reference decode of one token from S [HV, V, K] (fp32), DESIGN §1."""
+    qh = (l2norm(q.float()) * geo.k ** -0.5).repeat_interleave(geo.group, dim=0)
+    kh = l2norm(k.float()).repeat_interleave(geo.group, dim=0)
+    S = alpha * S_vk
+    delta = beta * (v.float() - torch.einsum("hvk,hk->hv", S, kh))
+    S = S + delta[..., None] * kh[:, None, :]
+    return torch.einsum("hvk,hk->hv", S, qh)
+
+
+def probe_state_layout(fn, geometry, device) -> str:
+    """'vk' or 'kv': which state layout the installed kernel reads, from one decode of one random state."""
+    geo, dev = geometry, torch.device(device)
+    gen = torch.Generator().manual_seed(1234)
+    mem = (0.1 * torch.randn(1, geo.hv, geo.v * geo.k, generator=gen)).to(dev)
+    q = torch.randn(1, 1, geo.hk, geo.k, generator=gen).to(dev, torch.bfloat16)
+    k = torch.randn(1, 1, geo.hk, geo.k, generator=gen).to(dev, torch.bfloat16)
+    v = torch.randn(1, 1, geo.hv, geo.v, generator=gen).to(dev, torch.bfloat16)
+    zeros = torch.zeros(geo.hv, dtype=torch.float32, device=dev)
+    a = torch.zeros(1, geo.hv, dtype=torch.float32, device=dev)          # g = -softplus(0) = -log 2
+    b = torch.zeros(1, geo.hv, dtype=torch.float32, device=dev)          # beta = 1/2
+    pool = mem.view(1, geo.hv, geo.v, geo.k).clone()
+    o = fn(A_log=zeros, a=a, dt_bias=zeros, softplus_beta=1.0, softplus_threshold=20.0, q=q, k=k, v=v, b=b,
+           initial_state_source=pool, initial_state_indices=torch.zeros(1, dtype=torch.int32, device=dev),
+           scale=geo.k ** -0.5, use_qk_l2norm_in_kernel=True,
+           cu_seqlens=torch.tensor([0, 1], dtype=torch.int32, device=dev))
+    o = o.reshape(geo.hv, geo.v).float()
+    views = {"vk": mem.view(geo.hv, geo.v, geo.k), "kv": mem.view(geo.hv, geo.k, geo.v).transpose(1, 2)}
+    err = {name: float((o - _one_step(S, q[0, 0], k[0, 0], v[0, 0], 0.5, 0.5, geo)).abs().max())
+           for name, S in views.items()}
+    best = min(err, key=err.get)
+    other = err["kv" if best == "vk" else "vk"]
+    if not (err[best] < 1e-2 and other > 10 * err[best]):
+        raise RuntimeError(f"TRT-LLM's kernel matches neither state layout [HV, V, K] nor [HV, K, V] on a probe "
+                           f"decode (max errors {err})")
+    return best
+
+
+def trtllm_reason(geometry, shape, device) -> str | None:
+    """Why TRT-LLM's kernel cannot run a cell (import failure first: it names the cause)."""
+    try:
+        fn = kernel()
+    except ImportError as e:
+        return str(e)
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return f"TensorRT-LLM's Triton decode kernel needs a CUDA device (got {dev})"
+    if not _grid_strided(fn):
+        return _common.grid_reason(shape.R * shape.W * geometry.hv,
+                                   "R*W*HV sequence-heads on grid z of fused_sigmoid_gating_delta_rule_update")
+    return None
+
+
+class TrtllmFullStateStepper(Stepper):
+    def __init__(self, geometry, R, W, T, device):
+        super().__init__(geometry, R, W, T, device)
+        self.fn = kernel()
+        N, g, dev = R * W, geometry, self.device
+        self.N = N
+        self.layout = probe_state_layout(self.fn, g, dev)
+        inner = (g.v, g.k) if self.layout == "vk" else (g.k, g.v)
+        self.pools = torch.zeros(2, N, g.hv, *inner, dtype=torch.float32, device=dev)
+        self.ctx_kv = None if self.layout == "vk" else torch.empty(R, g.hv, g.k, g.v, device=dev)
+        self.slots = torch.arange(N, dtype=torch.int32, device=dev)                   # in-place, per pool
+        self.cu_seqlens = torch.arange(N + 1, dtype=torch.int32, device=dev)
+        self.request_of_beam = torch.arange(R, device=dev).repeat_interleave(W)        # t = 0 gather source
+        self.row_base = (torch.arange(R, device=dev) * W)[:, None]
+        self.zeros_hv = torch.zeros(g.hv, dtype=torch.float32, device=dev)             # A_log = dt_bias = 0
+        self.a = torch.empty(N, g.hv, dtype=torch.float32, device=dev)
+        self.b = torch.empty(N, g.hv, dtype=torch.float32, device=dev)
+        self.takes_output = _takes_output(self.fn)
+        self.scale = g.k ** -0.5
+
+    def reset(self, s_ctx, tail=None):
+        if tail is not None:
+            raise ValueError("TrtllmFullStateStepper: a prompt tail is ReplaySSM-only; FullState starts from s_ctx")
+        if self.ctx_kv is None:
+            self.ctx = s_ctx
+        else:           # the post-prefill state as this kernel's layout holds it
+            self.ctx = self.ctx_kv.copy_(s_ctx.transpose(-1, -2))
+
+    def step(self, t, q, k, v, g, beta, parents, out):
+        N, geo = self.N, self.geometry
+        dst = self.pools[t % 2]
+        if t == 0:
+            torch.index_select(self.ctx, 0, self.request_of_beam, out=dst)
+        else:
+            torch.index_select(self.pools[(t - 1) % 2], 0, (parents.long() + self.row_base).reshape(N), out=dst)
+        _common.gates_to_logits(g.reshape(N, geo.hv), beta.reshape(N, geo.hv), self.a, self.b)
+        kw = dict(A_log=self.zeros_hv, a=self.a, dt_bias=self.zeros_hv, softplus_beta=1.0, softplus_threshold=20.0,
+                  q=q.reshape(1, N, geo.hk, geo.k), k=k.reshape(1, N, geo.hk, geo.k),
+                  v=v.reshape(1, N, geo.hv, geo.v), b=self.b, initial_state_source=dst,
+                  initial_state_indices=self.slots, scale=self.scale, use_qk_l2norm_in_kernel=True,
+                  cu_seqlens=self.cu_seqlens)
+        if self.takes_output and out.is_contiguous():
+            self.fn(**kw, output=out.view(1, N, geo.hv, geo.v))
+        else:
+            out.copy_(self.fn(**kw).view(out.shape))
+        return out
+
+    def persistent_bytes(self):
+        extra = 0 if self.ctx_kv is None else self.ctx_kv.numel() * 4
+        return self.pools.numel() * self.pools.element_size() + extra
+
+    def written_bytes(self):
+        one = _common.state_bytes(self.geometry)
+        extra = 0 if self.ctx_kv is None else self.R * one
+        return 2 * self.T * self.N * one + extra        # gather + kernel, per step
+
+
+class TrtllmFullStatePath(StepperPath):
+    name = "trtllm_fullstate"
+    stepper_cls = TrtllmFullStateStepper
+
+    def supports(self, geometry, shape, device):
+        n = shape.R * shape.W
+        return (trtllm_reason(geometry, shape, device)
+                or _common.memory_reason((2 * n + shape.R) * _common.state_bytes(geometry), device,
+                                         "the two FullState pools"))
+
+    def cost(self, wl):
+        return _common.fullstate_cost(wl, extra_state_copies=1)

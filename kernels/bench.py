@@ -1,0 +1,117 @@
+"""Benchmark command for our kernels (a benchmark, not a test): `python -m kernels.bench [--tune] [--out DIR]`.
+
+Prints, for the Qwen3.5-0.8B geometry at W=512, R in {4, 16}, O in {3, 7}: the captured latency of the whole
+T-step decode (one CUDA graph, median of replays), its roofline floor (compulsory bytes / measured copy
+bandwidth vs FLOPs / measured matrix rate) and which bound that is, the max error against FP32 FullState, and
+persistent / written bytes from the real tensors. `--tune` also sweeps launch configurations of both kernels
+(the data behind kernels/NOTES.md). Every timed row passed the correctness gate first.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import os
+import sys
+
+import torch
+
+from artifact.measure import DEFAULT_TOLERANCE, check_and_time, floor_ms, measure_ceilings
+from artifact.reference import fullstate_decode
+from artifact.results import env_record
+from artifact.workload import make_workload
+from kernels.fullstate import ControlledFullStatePath, ControlledFullStateStepper
+from kernels.onela import OneLAPath, OneLAStepper
+
+MIB = 2 ** 20
+
+
+class _ConfiguredOneLA(OneLAPath):
+    def __init__(self, config=None):
+        self.config = config
+
+    def make_stepper(self, wl):
+        return OneLAStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, self.config)
+
+
+class _ConfiguredFullState(ControlledFullStatePath):
+    def __init__(self, block_v=None):
+        self.block_v = block_v
+
+    def make_stepper(self, wl):
+        return ControlledFullStateStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, self.block_v)
+
+
+def _row(name, wl, path, res, ceilings, extra=None):
+    cost = path.cost(wl)
+    fl, bound = floor_ms(cost["compulsory_bytes"], cost["flops"], ceilings, cost["rate"])
+    return {"path": name, "R": wl.R, "W": wl.W, "O": wl.T + 1, "status": res.status, "reason": res.reason,
+            "latency_ms": res.latency_ms, "p20_ms": res.p20_ms, "p80_ms": res.p80_ms, "floor_ms": fl,
+            "floor_bound": bound, "latency_over_floor": res.latency_ms / fl, "max_abs_err": res.max_abs_err,
+            "persistent_MiB": res.persistent_bytes / MIB, "written_MiB": res.written_bytes / MIB,
+            "compulsory_MiB": cost["compulsory_bytes"] / MIB, "gflop": cost["flops"] / 1e9, **(extra or {})}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tune", action="store_true", help="also sweep launch configurations")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for bench.csv / env.json")
+    ap.add_argument("--geometry", default="qwen3_5_0_8b")
+    ap.add_argument("--no-fullstate", action="store_true")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("kernels.bench needs a CUDA GPU (CPU timings are not performance)", file=sys.stderr)
+        return 2
+    ceilings = measure_ceilings()
+    env = env_record({"ceilings": ceilings, "command": " ".join(sys.argv)})
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "bench_env.json"), "w") as f:
+        json.dump(env, f, indent=2, default=str)
+    print(f"GPU {env.get('gpu')}: copy {ceilings['copy_bytes_per_s'] / 1e12:.2f} TB/s, "
+          f"tf32 {ceilings['tf32_flop_per_s'] / 1e12:.0f}, fp32 {ceilings['fp32_flop_per_s'] / 1e12:.0f}, "
+          f"bf16 {ceilings['bf16_flop_per_s'] / 1e12:.0f} TFLOP/s", flush=True)
+
+    rows = []
+    for R, T in itertools.product((4, 16), (2, 6)):
+        wl = make_workload(args.geometry, R, 512, T, lineage="beam", seed=0, device="cuda")
+        ref = fullstate_decode(wl)
+        variants = [("onela", _ConfiguredOneLA())]
+        if not args.no_fullstate:
+            variants.append(("controlled_fullstate", _ConfiguredFullState()))
+        if args.tune and T == 6:   # T = 6 compiles every STEP variant once; T = 2 reuses them
+            for bb, bv, nw, ns in itertools.product((32, 64), (64, 128), (4, 8), (1,)):
+                cfg = {"BB": bb, "BV": bv, "num_warps": nw, "num_stages": ns}
+                variants.append((f"onela[{bb},{bv},w{nw},s{ns}]", _ConfiguredOneLA(cfg)))
+        for name, path in variants:
+            try:
+                res = check_and_time(path, wl, ref, DEFAULT_TOLERANCE, warmup_ms=10, rep_ms=50)
+                row = _row(name, wl, path, res, ceilings)
+            except Exception as e:  # noqa: BLE001 - a config that fails to compile is a recorded failure
+                row = {"path": name, "R": R, "W": 512, "O": T + 1, "status": "failed",
+                       "reason": f"{type(e).__name__}: {str(e)[:200]}"}
+            rows.append(row)
+            print(f"{name:34s} R={R:2d} O={T + 1} {row['status']:6s} "
+                  f"lat={row.get('latency_ms', float('nan')):.4f}ms floor={row.get('floor_ms', float('nan')):.4f}"
+                  f"({row.get('floor_bound', '')}) err={row.get('max_abs_err', float('nan')):.2e} "
+                  f"persist={row.get('persistent_MiB', float('nan')):.1f}MiB "
+                  f"written={row.get('written_MiB', float('nan')):.1f}MiB {row.get('reason', '')}", flush=True)
+            torch.cuda.empty_cache()
+        del wl, ref
+        torch.cuda.empty_cache()
+    keys = sorted({k for r in rows for k in r}, key=lambda k: (k not in ("path", "R", "W", "O"), k))
+    with open(os.path.join(args.out, "bench.csv"), "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    print("\nsummary (default configs):")
+    for r in rows:
+        if "[" not in r["path"]:
+            print(f"  {r['path']:22s} R={r['R']:2d} O={r['O']}: {r.get('latency_ms', float('nan')):.4f} ms "
+                  f"(floor {r.get('floor_ms', float('nan')):.4f} ms, {r.get('floor_bound', '')}; "
+                  f"x{r.get('latency_over_floor', float('nan')):.2f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""Our counterpart of every paper number (plots/paper.py), computed from results/ only.
+
+Each measure takes the loaded Results and returns a Measured (NaN value = not measured yet) with a note on
+what fed it. Ratios come only from `data.paired_ratio` (both sides ok on the same shape).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import pandas as pd
+
+from plots import paper
+from plots.data import Results, median_ok, paired_ratio, select
+from plots.style import MIB, REFERENCE_PATHS, display_name, ordered
+
+
+@dataclass(frozen=True)
+class Measured:
+    value: float
+    note: str = ""
+
+    @property
+    def measured(self) -> bool:
+        return not math.isnan(self.value)
+
+
+NOT_YET = Measured(math.nan)
+
+
+def baselines_in(df: pd.DataFrame) -> list[str]:
+    """Every path compared against OneLA (all but OneLA and the plain-torch oracles), the paper's six first."""
+    present = [p for p in df["path"].unique() if p != "onela" and p not in REFERENCE_PATHS]
+    return [b for b in paper.FIG7_BASELINES if b in present] + \
+        ordered(p for p in present if p not in paper.FIG7_BASELINES)
+
+
+# ---- Fig 6 ----
+def fig6_table(res: Results) -> pd.DataFrame:
+    """Full-model rows of the paper's cell (R=4 W=256)."""
+    return select(res["full_model"], **paper.FIG6_CELL)
+
+
+def fig6_speedups(res: Results) -> pd.Series:
+    return paired_ratio(fig6_table(res), "controlled_fullstate", "onela")
+
+
+def fig6_controlled_vs_vllm_pct(res: Results) -> pd.Series:
+    """|Controlled FullState / vLLM FullState - 1| in %, per paired (prompt, O)."""
+    return (paired_ratio(fig6_table(res), "controlled_fullstate", "vllm_fullstate") - 1).abs() * 100
+
+
+def _extreme(s: pd.Series, fn: str, what: str) -> Measured:
+    if not len(s):
+        return NOT_YET
+    return Measured(float(getattr(s, fn)()), f"{fn} over {len(s)} paired {what}")
+
+
+# ---- Fig 7 ----
+def fig7_ratios(res: Results, metric: str) -> dict[str, pd.Series]:
+    """baseline -> baseline/OneLA ratio of `metric` over every paired operator-suite shape."""
+    df = res["operator"]
+    out = {b: paired_ratio(df, b, "onela", metric) for b in baselines_in(df)}
+    return {b: r for b, r in out.items() if len(r)}
+
+
+def _median_speedup(res: Results, baseline: str) -> Measured:
+    r = fig7_ratios(res, "latency_ms").get(baseline)
+    return NOT_YET if r is None else Measured(float(r.median()), f"median over {len(r)} paired shapes")
+
+
+def _largest_qwen_latency(res: Results, O: int) -> Measured:
+    v, n = median_ok(res["operator"], "onela", "latency_ms", O=O, **paper.FIG7_LARGEST_QWEN)
+    return Measured(v, f"{n} cell(s)") if n else NOT_YET
+
+
+def _largest_qwen_speedups(res: Results) -> dict[str, pd.Series]:
+    """The paper's "16.0-56.5x over the baselines supporting this shape": framework baselines only."""
+    df = select(res["operator"], **paper.FIG7_LARGEST_QWEN)
+    df = df[df["O"].isin([3, 7])]
+    return {b: r for b in baselines_in(df) if b in paper.FIG7_BASELINES and len(r := paired_ratio(df, b, "onela"))}
+
+
+def _largest_qwen_extreme(res: Results, fn: str) -> Measured:
+    per = _largest_qwen_speedups(res)
+    if not per:
+        return NOT_YET
+    best = {b: float(getattr(r, fn)()) for b, r in per.items()}
+    b = (min if fn == "min" else max)(best, key=best.get)
+    return Measured(best[b], f"{fn} over {len(per)} baselines at O=3/7; {display_name(b)}")
+
+
+def _max_abs_err(res: Results) -> Measured:
+    df = res["operator"]
+    rows = df[(df["path"] == "onela") & df["status"].isin(["ok", "failed"])]
+    err = rows["max_abs_err"].dropna()
+    if not len(err):
+        return NOT_YET
+    failed = int((rows["status"] == "failed").sum())
+    return Measured(float(err.max()), f"max over {len(err)} checked OneLA cells ({failed} failed)")
+
+
+def _max_median_capacity(res: Results) -> Measured:
+    med = {b: float(r.median()) for b, r in fig7_ratios(res, "persistent_bytes").items() if b in paper.FIG7_BASELINES}
+    if not med:
+        return NOT_YET
+    b = max(med, key=med.get)
+    return Measured(med[b], f"largest of {len(med)} baseline medians: {display_name(b)}")
+
+
+# ---- Fig 8 ----
+FIG8_SUITE = {"latency_ms": "recurrent_path", "persistent_bytes": "recurrent_path",
+              "written_bytes": "recurrent_path", "dram_bytes": "traffic", "arith_intensity": "traffic"}
+
+
+def fig8_table(res: Results, metric: str) -> pd.DataFrame:
+    """Rows of the paper's Fig 8 cell (R=4 W=512 Qwen) from the suite that measures `metric`."""
+    return select(res[FIG8_SUITE[metric]], **paper.FIG8_CELL)
+
+
+def fig8_value(res: Results, path: str, metric: str, O: int, scale: float = 1.0) -> Measured:
+    v, n = median_ok(fig8_table(res, metric), path, metric, O=O)
+    return Measured(v / scale, f"{n} cell(s)" if n > 1 else "") if n else NOT_YET
+
+
+def fig8_ratio(res: Results, num: str, den: str, metric: str, O: int) -> Measured:
+    df = fig8_table(res, metric)
+    r = paired_ratio(df[df["O"] == O], num, den, metric)
+    return Measured(float(r.median()), f"median of {len(r)} pairs" if len(r) > 1 else "") if len(r) else NOT_YET
+
+
+def measures() -> dict:
+    """paper key -> function(Results) -> Measured. Every key of paper.NUMBERS has one (a test checks)."""
+    m = {
+        "fig6.speedup_vs_controlled.min": lambda r: _extreme(fig6_speedups(r), "min", "(prompt, O) cells"),
+        "fig6.speedup_vs_controlled.max": lambda r: _extreme(fig6_speedups(r), "max", "(prompt, O) cells"),
+        "fig6.controlled_vs_vllm.min": lambda r: _extreme(fig6_controlled_vs_vllm_pct(r), "min", "(prompt, O) cells"),
+        "fig6.controlled_vs_vllm.max": lambda r: _extreme(fig6_controlled_vs_vllm_pct(r), "max", "(prompt, O) cells"),
+        "fig7a.onela_largest_qwen.O3": lambda r: _largest_qwen_latency(r, 3),
+        "fig7a.onela_largest_qwen.O7": lambda r: _largest_qwen_latency(r, 7),
+        "fig7a.speedup_largest_qwen.min": lambda r: _largest_qwen_extreme(r, "min"),
+        "fig7a.speedup_largest_qwen.max": lambda r: _largest_qwen_extreme(r, "max"),
+        "fig7.max_abs_err": _max_abs_err,
+        "fig7b.max_median_capacity_reduction": _max_median_capacity,
+        "fig8c.ai_gain.vllm_fullstate.O3": lambda r: fig8_ratio(r, "onela", "vllm_fullstate", "arith_intensity", 3),
+        "fig8c.ai_gain.vllm_replayssm.O3": lambda r: fig8_ratio(r, "onela", "vllm_replayssm", "arith_intensity", 3),
+        "fig8c.ai.onela.O3": lambda r: fig8_value(r, "onela", "arith_intensity", 3),
+        "fig8c.traffic.onela.O3": lambda r: fig8_value(r, "onela", "dram_bytes", 3, MIB),
+    }
+    for b in paper.FIG7_BASELINES:
+        m[f"fig7a.median_speedup.{b}"] = lambda r, b=b: _median_speedup(r, b)
+    for O in (3, 7):
+        for p in ("onela", "vllm_replayssm", "vllm_fullstate"):
+            m[f"fig8a.latency.{p}.O{O}"] = lambda r, p=p, O=O: fig8_value(r, p, "latency_ms", O)
+        m[f"fig8a.reduction_vs_fullstate.O{O}"] = lambda r, O=O: fig8_ratio(r, "vllm_fullstate", "onela",
+                                                                            "latency_ms", O)
+        for what, metric in (("capacity", "persistent_bytes"), ("writes", "written_bytes")):
+            m[f"fig8b.{what}.onela.O{O}"] = lambda r, metric=metric, O=O: fig8_value(r, "onela", metric, O, MIB)
+            m[f"fig8b.{what}_reduction_vs_fullstate.O{O}"] = \
+                lambda r, metric=metric, O=O: fig8_ratio(r, "vllm_fullstate", "onela", metric, O)
+    for b in ("vllm_fullstate", "vllm_replayssm"):
+        m[f"fig8c.traffic_reduction.{b}.O3"] = lambda r, b=b: fig8_ratio(r, b, "onela", "dram_bytes", 3)
+    return m

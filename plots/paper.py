@@ -1,0 +1,96 @@
+"""The paper's numbers (DESIGN §6, from paper §4.2-4.4), as data with their source.
+
+These are the only hard-coded figures in plots/: they are what the paper reports, drawn beside ours and
+compared in results/REPORT.md. "ours" is always computed from results/ (plots/report.py). A few numbers
+the paper's text gives beyond DESIGN §6 are included and marked `in_design=False`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The cells the paper names (paper §4.1, §4.3, §4.4). Geometry as (HK, HV, K, V) columns.
+QWEN = dict(HK=16, HV=16, K=128, V=128)
+FIG6_CELL = dict(R=4, W=256)                   # full model, prompts 1K / 5K, O = 3-7
+FIG7_LARGEST_QWEN = dict(R=16, W=512, **QWEN)  # "the largest Qwen geometry" in the operator suite
+FIG8_CELL = dict(R=4, W=512, **QWEN)           # recurrent path, traffic
+FIG6_PROMPTS = (1024, 5120)
+FIG7_BASELINES = ("vllm_fullstate", "sglang_fullstate", "vllm_replayssm", "sglang_replayssm",
+                  "flashinfer_fullstate", "trtllm_fullstate")
+
+
+@dataclass(frozen=True)
+class PaperNumber:
+    key: str        # what plots/report.py computes "ours" for
+    where: str      # figure panel
+    quantity: str
+    text: str       # the number as the paper prints it
+    unit: str       # "x", "%", "ms", "MiB", "FLOP/B", "" (absolute error)
+    source: str
+    in_design: bool = True
+
+    @property
+    def value(self) -> float:
+        return float(self.text)
+
+
+S42, S43, S44 = "paper §4.2", "paper §4.3", "paper §4.4"
+
+NUMBERS: list[PaperNumber] = [
+    PaperNumber("fig6.speedup_vs_controlled.min", "Fig 6", "full-model decode-forward, OneLA vs Controlled "
+                "FullState (R=4 W=256, prompt 1K/5K, O=3-7), smallest speedup", "1.54", "x", S42),
+    PaperNumber("fig6.speedup_vs_controlled.max", "Fig 6", "same, largest speedup", "2.46", "x", S42),
+    PaperNumber("fig6.controlled_vs_vllm.min", "Fig 6", "|Controlled FullState - vLLM FullState| / vLLM "
+                "FullState, smallest", "6.9", "%", S42),
+    PaperNumber("fig6.controlled_vs_vllm.max", "Fig 6", "same, largest", "9.3", "%", S42),
+    *[PaperNumber(f"fig7a.median_speedup.{p}", "Fig 7a", f"median latency speedup over {name}", v, "x", S43)
+      for p, name, v in (("vllm_fullstate", "vLLM FullState", "40.5"),
+                         ("sglang_fullstate", "SGLang FullState", "42.5"),
+                         ("vllm_replayssm", "vLLM ReplaySSM", "17.5"),
+                         ("sglang_replayssm", "SGLang ReplaySSM", "17.5"),
+                         ("flashinfer_fullstate", "FlashInfer", "41.5"),
+                         ("trtllm_fullstate", "TRT-LLM", "46.3"))],
+    PaperNumber("fig7a.onela_largest_qwen.O3", "Fig 7a", "OneLA latency, R=16 W=512 HK=HV=16 K=V=128, O=3",
+                "0.212", "ms", S43),
+    PaperNumber("fig7a.onela_largest_qwen.O7", "Fig 7a", "same, O=7", "0.990", "ms", S43),
+    PaperNumber("fig7a.speedup_largest_qwen.min", "Fig 7a", "speedup over the baselines supporting that shape "
+                "(O=3 and O=7), smallest", "16.0", "x", S43, in_design=False),
+    PaperNumber("fig7a.speedup_largest_qwen.max", "Fig 7a", "same, largest", "56.5", "x", S43, in_design=False),
+    PaperNumber("fig7.max_abs_err", "Fig 7", "OneLA max |o - o_FP32 FullState| over the operator suite (405 "
+                "shapes)", "4.88e-4", "", S43),
+    PaperNumber("fig7b.max_median_capacity_reduction", "Fig 7b", "median persistent-capacity reduction, "
+                "largest over the baselines (\"up to\")", "42.5", "x", S43),
+    *[PaperNumber(f"fig8a.latency.{p}.O{o}", "Fig 8a", f"recurrent-path latency, R=4 W=512 Qwen, {name}, O={o}",
+                  v, "ms", S44)
+      for o, vals in ((3, ("0.0755", "1.20", "3.00")), (7, ("0.308", "4.06", "10.9")))
+      for (p, name), v in zip((("onela", "OneLA"), ("vllm_replayssm", "vLLM ReplaySSM"),
+                               ("vllm_fullstate", "vLLM FullState")), vals)],
+    PaperNumber("fig8a.reduction_vs_fullstate.O3", "Fig 8a", "vLLM FullState / OneLA latency, O=3", "39.7", "x",
+                S44, in_design=False),
+    PaperNumber("fig8a.reduction_vs_fullstate.O7", "Fig 8a", "same, O=7", "35.4", "x", S44, in_design=False),
+    PaperNumber("fig8b.capacity.onela.O3", "Fig 8b", "OneLA persistent recurrent-state capacity, O=3", "36.3",
+                "MiB", S44),
+    PaperNumber("fig8b.capacity.onela.O7", "Fig 8b", "same, O=7", "101", "MiB", S44),
+    PaperNumber("fig8b.capacity_reduction_vs_fullstate.O3", "Fig 8b", "vLLM FullState / OneLA capacity, O=3",
+                "56.5", "x", S44),
+    PaperNumber("fig8b.capacity_reduction_vs_fullstate.O7", "Fig 8b", "same, O=7", "20.3", "x", S44),
+    PaperNumber("fig8b.writes.onela.O3", "Fig 8b", "OneLA recurrent-state writes, O=3", "32.3", "MiB", S44),
+    PaperNumber("fig8b.writes.onela.O7", "Fig 8b", "same, O=7", "96.8", "MiB", S44),
+    PaperNumber("fig8b.writes_reduction_vs_fullstate.O3", "Fig 8b", "vLLM FullState / OneLA writes, O=3", "127",
+                "x", S44),
+    PaperNumber("fig8b.writes_reduction_vs_fullstate.O7", "Fig 8b", "same, O=7", "127", "x", S44),
+    PaperNumber("fig8c.traffic.onela.O3", "Fig 8c", "OneLA DRAM traffic (read + write), O=3", "161", "MiB", S44),
+    PaperNumber("fig8c.traffic_reduction.vllm_fullstate.O3", "Fig 8c", "vLLM FullState / OneLA DRAM traffic, O=3",
+                "76.9", "x", S44),
+    PaperNumber("fig8c.traffic_reduction.vllm_replayssm.O3", "Fig 8c", "vLLM ReplaySSM / OneLA DRAM traffic, "
+                "O=3", "39.9", "x", S44),
+    PaperNumber("fig8c.ai.onela.O3", "Fig 8c", "OneLA arithmetic intensity, O=3", "40.0", "FLOP/B", S44),
+    PaperNumber("fig8c.ai_gain.vllm_fullstate.O3", "Fig 8c", "OneLA / vLLM FullState arithmetic intensity, O=3",
+                "45.6", "x", S44),
+    PaperNumber("fig8c.ai_gain.vllm_replayssm.O3", "Fig 8c", "OneLA / vLLM ReplaySSM arithmetic intensity, O=3",
+                "20.6", "x", S44),
+]
+BY_KEY = {n.key: n for n in NUMBERS}
+
+
+def value(key: str) -> float:
+    return BY_KEY[key].value

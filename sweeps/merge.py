@@ -1,0 +1,54 @@
+"""Merge shard results into one table: `python -m sweeps.merge suite=operator [results_dir=results]`.
+
+Shards (launcher=joblib_gpus / launcher=slurm, or shard.index=i shard.count=n by hand) write
+results/<suite>.shard<i>-of-<n>.csv; this folds them into results/<suite>.csv, refusing a config_hash that
+two files record with different values (sweeps.tables.merge_shards). The launcher configs run it
+automatically when every job has ended (MergeShardsCallback).
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from hydra.experimental.callback import Callback
+
+from sweeps.spec import results_dir_of
+from sweeps.tables import ResultsFileError, merge_shards
+
+ARGS = ("suite", "results_dir")
+
+
+def parse_args(argv: list[str]) -> dict:
+    args = {"results_dir": "results"}
+    for a in argv:
+        key, sep, val = a.partition("=")
+        if not sep or key not in ARGS or not val:
+            raise ValueError(f"bad argument {a!r}: expected {' '.join(k + '=...' for k in ARGS)}")
+        args[key] = val
+    if "suite" not in args:
+        raise ValueError("missing argument suite=<name>")
+    return args
+
+
+class MergeShardsCallback(Callback):
+    """Hydra callback: after a sharded multirun, merge the shards of the suite it ran."""
+
+    def on_multirun_end(self, config, **kwargs) -> None:
+        if config.shard.count > 1:
+            path, added = merge_shards(results_dir_of(config), config.suite.name)
+            print(f"[sweeps.merge] {added} row(s) merged into {path}")
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = parse_args(argv)
+        path, added = merge_shards(Path(args["results_dir"]), args["suite"])
+    except (ValueError, ResultsFileError) as e:
+        print(f"[sweeps.merge] {e}", file=sys.stderr)
+        return 1
+    print(f"[sweeps.merge] {added} row(s) merged into {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

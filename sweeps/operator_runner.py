@@ -1,0 +1,128 @@
+"""The operator cell runner (suites operator, recurrent_path, smoke): gate, time and record each path.
+
+Per shape (cells arrive shape-major): ask every path whether it supports the shape (a reason is a recorded
+skip, before anything is built); if any path remains, build the workload and its FP32 FullState reference
+once, then for each remaining path run artifact.measure.check_and_time (correctness gate, then CUDA-graph
+timing on a GPU) and fill the floors from path.cost(wl). GPU memory is freed between paths and shapes.
+
+Outcomes: a path that raises is a failed cell with the error; one that runs out of GPU memory is a
+*skipped* cell with reason "out of memory: ..." (the shape does not fit beside this path's state on this
+GPU: like an unsupported shape, not a wrong answer; the summary lists these skips). A CUDA error that
+leaves the context unusable stops the run instead of failing every later cell; a re-run resumes.
+"""
+from __future__ import annotations
+
+import gc
+import itertools
+from typing import Iterator
+
+import torch
+
+from artifact.measure import check_and_time, floor_ms
+from artifact.paths import get_path
+from artifact.reference import fullstate_decode
+from artifact.workload import Geometry, Shape, make_workload
+from sweeps.context import RunContext, one_line
+
+SHAPE_FIELDS = ("geometry", "HK", "HV", "K", "V", "R", "W", "T", "prompt_len", "lineage", "seed")
+
+
+class CudaContextLost(RuntimeError):
+    """The CUDA context is unusable after an error (e.g. an illegal address); nothing more can run here."""
+
+
+def run_cells(cfg, cells: list[dict], ctx: RunContext) -> Iterator[dict]:
+    for _, shape_cells in itertools.groupby(cells, key=lambda c: tuple(c[f] for f in SHAPE_FIELDS)):
+        yield from _run_shape(list(shape_cells), ctx)
+
+
+def _row(cell: dict, status: str, reason: str = "", **measured) -> dict:
+    return {**cell, "status": status, "reason": one_line(reason), **measured}
+
+
+def _free(device: torch.device) -> None:
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def _context_alive(device: torch.device) -> bool:
+    if device.type != "cuda":
+        return True
+    try:
+        torch.cuda.synchronize(device)
+        return True
+    except Exception:  # noqa: BLE001 - any error here means the context is gone
+        return False
+
+
+def _run_shape(cells: list[dict], ctx: RunContext) -> Iterator[dict]:
+    c0 = cells[0]
+    geo = Geometry(c0["HK"], c0["HV"], c0["K"], c0["V"])
+    shape = Shape(c0["R"], c0["W"], c0["T"])
+    runnable = []
+    for cell in cells:
+        ctx.started(cell)
+        try:
+            path = get_path(cell["path"])
+            reason = path.supports(geo, shape, ctx.device)
+        except Exception as e:  # noqa: BLE001 - a broken supports() is that cell's failure
+            yield _row(cell, "failed", f"supports() raised {type(e).__name__}: {e}")
+            continue
+        if reason:
+            yield _row(cell, "skipped", reason)
+        else:
+            runnable.append((cell, path))
+    if not runnable:
+        return                                   # nothing to run: never build the workload
+
+    try:
+        wl = make_workload(geo, shape.R, shape.W, shape.T, lineage=c0["lineage"], seed=c0["seed"],
+                           device=ctx.device, prompt_len=c0["prompt_len"])
+        ref = fullstate_decode(wl)
+    except torch.cuda.OutOfMemoryError as e:
+        _free(ctx.device)
+        for cell, _ in runnable:
+            yield _row(cell, "skipped", f"out of memory building the workload/reference: {e}")
+        return
+    except Exception as e:  # noqa: BLE001
+        for cell, _ in runnable:
+            yield _row(cell, "failed", f"workload/reference: {type(e).__name__}: {e}")
+        return
+
+    for cell, path in runnable:
+        ctx.started(cell)
+        row = _run_cell(cell, path, wl, ref, ctx)
+        del path
+        if row["status"] == "failed" and not _context_alive(ctx.device):
+            yield row
+            raise CudaContextLost(f"CUDA context unusable after {cell['path']} failed ({row['reason']}); "
+                                  "re-run the same command to continue with the remaining cells")
+        _free(ctx.device)
+        yield row
+    del wl, ref
+    _free(ctx.device)
+
+
+def _run_cell(cell: dict, path, wl, ref, ctx: RunContext) -> dict:
+    try:
+        res = check_and_time(path, wl, ref, tolerance=ctx.tolerance, warmup_ms=ctx.warmup_ms,
+                             rep_ms=ctx.rep_ms, time_it=ctx.time_it)
+    except torch.cuda.OutOfMemoryError as e:
+        return _row(cell, "skipped", f"out of memory: {e}")
+    except Exception as e:  # noqa: BLE001 - recorded, and the sweep goes on
+        return _row(cell, "failed", f"{type(e).__name__}: {e}")
+    row = _row(cell, res.status, res.reason, max_abs_err=res.max_abs_err, latency_ms=res.latency_ms,
+               p20_ms=res.p20_ms, p80_ms=res.p80_ms, timer=res.timer, persistent_bytes=res.persistent_bytes,
+               written_bytes=res.written_bytes)
+    try:
+        cost = path.cost(wl)
+    except Exception as e:  # noqa: BLE001 - a broken cost model must not hide a measured latency
+        row["reason"] = one_line(f"{row['reason']} cost() raised {type(e).__name__}: {e}".strip())
+        cost = None
+    if cost is not None:
+        row.update(compulsory_bytes=cost["compulsory_bytes"], flops=cost["flops"])
+        if ctx.ceilings:
+            row["floor_ms"], row["floor_bound"] = floor_ms(cost["compulsory_bytes"], cost["flops"],
+                                                           ctx.ceilings, cost["rate"])
+    return row

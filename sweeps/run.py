@@ -1,0 +1,237 @@
+"""The one entry point of every experiment: `python -m sweeps.run suite=<name> [overrides]` (sweeps/README.md).
+
+One run: validate the config -> enumerate this shard's cells -> drop those already recorded (resume) ->
+write the env record results/env/<run_id>.json (with the GPU's ceilings, measured once) -> hand the
+remaining cells to the suite's runner and append each row it yields, flushed, as it comes -> print a
+summary. Exit status: 0 all recorded cells ok or skipped; 1 a cell failed (this run or recorded earlier),
+the runner crashed or could not be loaded; 2 a bad config; 75 stopped by `budget_min` with cells left
+(re-run the same command to continue). Under -m (multirun) a job with failures raises instead, so Hydra
+runs every job and still exits non-zero.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import signal
+import sys
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+import sweeps.schema  # noqa: F401 - registers the schemas and generated groups with the ConfigStore
+from artifact.results import append_row, git_commit, write_env
+from sweeps.context import RunContext, one_line, shape_label
+from sweeps.runners import RunnerUnavailable, load_runner
+from sweeps.spec import ConfigError, SweepSpec, results_dir_of, shard_cells, validate
+from sweeps.tables import ResultsFileError, check_header, drop_rows, read_rows, repair_tail
+
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INCOMPLETE = 0, 1, 2, 75
+# Test hook (tests/test_sweeps.py): SIGKILL this process right after the N-th row of the run is written.
+KILL_AFTER_ENV = "ONELA_SWEEP_KILL_AFTER"
+
+
+class SweepFailed(RuntimeError):
+    """Raised at the end of a multirun job that has failed cells, so Hydra's exit status is non-zero."""
+
+
+def resolve_device(hw) -> "torch.device":
+    import torch
+    want = hw.device
+    if want == "auto":
+        want = "cuda" if torch.cuda.is_available() else "cpu"
+    if want == "cpu":
+        # Triton kernels must run under the interpreter on a CPU host; set before anything imports triton.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError(f"config key hardware.device={hw.device!r}: no CUDA GPU on this host")
+    n = torch.cuda.device_count()
+    idx = torch.cuda.current_device() if hw.gpu is None else hw.gpu
+    if idx >= n:
+        raise ConfigError(f"config key hardware.gpu={hw.gpu!r}: this host has {n} GPU(s)")
+    torch.cuda.set_device(idx)
+    name = torch.cuda.get_device_name(idx)
+    if hw.expect_gpu and hw.expect_gpu not in name:
+        raise ConfigError(f"config key hardware.expect_gpu={hw.expect_gpu!r}: GPU {idx} is {name!r}")
+    return torch.device("cuda", idx)
+
+
+def _new_run_id(spec: SweepSpec) -> str:
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    shard = f"-s{spec.shard_index}of{spec.shard_count}" if spec.sharded else ""
+    return f"{spec.suite}-{stamp}{shard}-{uuid.uuid4().hex[:6]}"
+
+
+def _recorded(spec: SweepSpec, out_csv: Path, results_dir: Path) -> dict[str, dict]:
+    """Rows already recorded for this suite: this run's file, and the merged file when sharded."""
+    files = [out_csv] + ([results_dir / f"{spec.suite}.csv"] if spec.sharded else [])
+    return {r["config_hash"]: r for p in files for r in read_rows(p)}
+
+
+def run_sweep(cfg: DictConfig) -> int:
+    """Run (or resume) one sweep; return the exit status (see module docstring)."""
+    try:
+        spec = validate(cfg)
+        device = resolve_device(cfg.hardware)
+    except ConfigError as e:
+        print(f"[sweeps] bad config: {e}", file=sys.stderr)
+        return EXIT_CONFIG
+    results_dir = results_dir_of(cfg, device.type)
+    out_csv = spec.csv_path(results_dir)
+    if repair_tail(out_csv):
+        print(f"[sweeps] {out_csv}: cut a torn last line left by a killed run", file=sys.stderr)
+    try:
+        check_header(out_csv)
+    except ResultsFileError as e:
+        print(f"[sweeps] {e}", file=sys.stderr)
+        return EXIT_FAILED
+
+    cells = shard_cells(spec, device)
+    selected = {c["config_hash"] for c in cells}
+    if cfg.redo:
+        n = drop_rows(out_csv, selected, tuple(cfg.redo))
+        print(f"[sweeps] redo={list(cfg.redo)}: removed {n} recorded row(s) to run them again")
+    recorded = _recorded(spec, out_csv, results_dir)
+    pending = [c for c in cells if c["config_hash"] not in recorded]
+    print(f"[sweeps] suite={spec.suite} shard={spec.shard_index}/{spec.shard_count} device={device}: "
+          f"{len(cells)} cells, {len(cells) - len(pending)} already recorded, {len(pending)} to run -> {out_csv}")
+    if not pending:
+        return _summary(spec, cells, recorded, {}, None, remaining=0)
+
+    try:
+        runner = load_runner(spec.runner)
+    except RunnerUnavailable as e:
+        print(f"[sweeps] suite {spec.suite} cannot run: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    ctx = _make_context(cfg, spec, device, results_dir)
+    new_rows, crash = _drive(cfg, runner, pending, ctx, out_csv)
+    remaining = len([c for c in pending if c["config_hash"] not in new_rows])
+    return _summary(spec, cells, recorded, new_rows, crash, remaining)
+
+
+def _baseline_pack_record() -> dict | str:
+    """Which framework wheels the baseline kernels load from (baselines/pack.py's manifest), by file + sha256:
+    the frameworks are not pip-installed on the GPU host, so env_record's package versions cannot say it."""
+    try:
+        from baselines._load import pack_dir
+        manifest = json.loads((pack_dir() / "MANIFEST.json").read_text())
+        return {"dir": str(pack_dir()), "frameworks": [
+            {"requirement": f.get("requirement"), "adapters": f.get("adapters"), "wheels": f.get("wheels")}
+            for f in manifest.get("frameworks", [])]}
+    except Exception as e:  # noqa: BLE001 - no pack is a fact to record, not an error
+        return f"none: {type(e).__name__}: {e}"
+
+
+def _make_context(cfg, spec: SweepSpec, device, results_dir: Path) -> RunContext:
+    ceilings = None
+    if device.type == "cuda" and cfg.hardware.measure_ceilings:
+        from artifact.measure import measure_ceilings
+        print("[sweeps] measuring copy bandwidth and matrix rates for the floors ...")
+        ceilings = measure_ceilings()
+    run_id = _new_run_id(spec)
+    commit = os.environ.get("ONELA_GIT_COMMIT") or git_commit()
+    extra = {"run_id": run_id, "suite": spec.suite, "device": str(device), "assigned_gpu": cfg.hardware.gpu,
+             "shard": {"index": spec.shard_index, "count": spec.shard_count}, "ceilings": ceilings,
+             "timer": OmegaConf.to_container(cfg.timer), "tolerance": spec.tolerance,
+             "triton_interpret": os.environ.get("TRITON_INTERPRET", ""), "argv": sys.argv,
+             "baseline_pack": _baseline_pack_record(),
+             "config": OmegaConf.to_container(cfg, resolve=True)}
+    write_env(results_dir / "env" / f"{run_id}.json", extra)
+    return RunContext(device=device, ceilings=ceilings, tolerance=spec.tolerance,
+                      warmup_ms=cfg.timer.warmup_ms, rep_ms=cfg.timer.rep_ms, time_it=device.type == "cuda",
+                      run_id=run_id, git_commit=commit, results_dir=results_dir)
+
+
+def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path):
+    """Feed the runner, write each row as it comes; stop at budget_min. Returns (rows by hash, crash text)."""
+    from tqdm import tqdm
+    cells = [{**c, "run_id": ctx.run_id, "git_commit": ctx.git_commit} for c in pending]
+    by_hash = {c["config_hash"]: c for c in cells}
+    new_rows: dict[str, dict] = {}
+    current: list[dict] = []
+    bar = tqdm(total=len(cells), unit="cell", disable=not cfg.progress, dynamic_ncols=True, file=sys.stderr)
+
+    def on_start(cell):
+        current[:] = [cell]
+        bar.set_postfix_str(f"{shape_label(cell)} {cell['path']}", refresh=True)
+
+    ctx.on_start = on_start
+    kill_after = int(os.environ.get(KILL_AFTER_ENV, "0") or 0)
+    deadline = time.monotonic() + 60 * cfg.budget_min if cfg.budget_min else None
+    crash = None
+    rows = runner(cfg, cells, ctx)
+    try:
+        for row in rows:
+            h = row.get("config_hash")
+            cell = by_hash.get(h)
+            if cell is None or h in new_rows:
+                raise RuntimeError(f"runner yielded {'a second row for' if cell else 'an unknown'} cell {h!r}")
+            changed = [k for k, v in cell.items() if row.get(k) != v]
+            if changed:
+                raise RuntimeError(f"runner changed the defining fields {changed} of cell {h}")
+            row["reason"] = one_line(row.get("reason", ""))
+            append_row(out_csv, row)
+            new_rows[h] = row
+            bar.update(1)
+            if kill_after and len(new_rows) >= kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if deadline is not None and time.monotonic() > deadline and len(new_rows) < len(cells):
+                print(f"\n[sweeps] budget_min={cfg.budget_min} reached; stopping", file=sys.stderr)
+                break
+    except Exception as e:  # noqa: BLE001 - the runner crashed: record the cell it was on, report, stop
+        crash = f"{type(e).__name__}: {e}"
+        if current and current[0]["config_hash"] not in new_rows:
+            row = {**current[0], "status": "failed", "reason": one_line(f"runner crashed: {crash}")}
+            append_row(out_csv, row)
+            new_rows[row["config_hash"]] = row
+    finally:
+        if hasattr(rows, "close"):
+            rows.close()
+        bar.close()
+    return new_rows, crash
+
+
+def _summary(spec: SweepSpec, cells: list[dict], recorded: dict, new_rows: dict, crash, remaining: int) -> int:
+    """Counts over every selected cell (recorded earlier or now); the failed cells; the exit status."""
+    rows = [new_rows.get(c["config_hash"]) or recorded.get(c["config_hash"]) for c in cells]
+    rows = [r for r in rows if r]
+    counts = Counter(r["status"] for r in rows)
+    oom = sum(1 for r in rows if r["status"] == "skipped" and str(r["reason"]).startswith("out of memory"))
+    print(f"\n[sweeps] {spec.suite} (shard {spec.shard_index}/{spec.shard_count}): "
+          f"ok {counts['ok']}, skipped {counts['skipped']} ({oom} out of memory), failed {counts['failed']}, "
+          f"not run {remaining}  [{len(new_rows)} ran now, {len(rows) - len(new_rows)} recorded earlier]")
+    skip_reasons = Counter(f"{r['path']}: {r['reason']}" for r in rows if r["status"] == "skipped")
+    for reason, n in sorted(skip_reasons.items()):
+        print(f"  skipped x{n}  {reason[:200]}")
+    for r in rows:
+        if r["status"] == "failed":
+            print(f"  FAILED  {r['path']:<22} {shape_label(r)}  {r['reason']}")
+    if crash:
+        print(f"[sweeps] the runner crashed: {crash}", file=sys.stderr)
+    if counts["failed"] or crash:
+        return EXIT_FAILED
+    if remaining:
+        print(f"[sweeps] {remaining} cell(s) not run yet: re-run the same command to continue")
+        return EXIT_INCOMPLETE
+    return EXIT_OK
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> int:
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+    code = run_sweep(cfg)
+    if HydraConfig.get().mode == RunMode.MULTIRUN:
+        if code in (EXIT_FAILED, EXIT_CONFIG):
+            raise SweepFailed(f"suite {cfg.suite.name} shard {cfg.shard.index}/{cfg.shard.count}: exit {code}")
+        return code
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

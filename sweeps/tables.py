@@ -1,0 +1,123 @@
+"""Results-file housekeeping around artifact.results' append-only CSVs: torn-tail repair, schema check,
+row removal for `redo`, and the shard merge.
+
+Every rewrite goes to a temporary file that replaces the original atomically (os.replace), so a kill at
+any moment leaves either the old or the new file, never a mix.
+"""
+from __future__ import annotations
+
+import csv
+import os
+import re
+from pathlib import Path
+
+from artifact.results import COLUMNS, STATUSES
+
+# Columns that identify a row's origin rather than its value: merged duplicates may differ only in these.
+PROVENANCE = ("run_id",)
+
+
+class ResultsFileError(RuntimeError):
+    """A results file this sweep cannot safely append to or merge (named in the message)."""
+
+
+def repair_tail(csv_path: Path) -> int:
+    """Cut a torn last line (a kill mid-write leaves one without its newline); return the bytes removed."""
+    if not csv_path.exists():
+        return 0
+    data = csv_path.read_bytes()
+    if not data or data.endswith(b"\n"):
+        return 0
+    keep = data[: data.rfind(b"\n") + 1]
+    _atomic_write_bytes(csv_path, keep)
+    return len(data) - len(keep)
+
+
+def check_header(csv_path: Path) -> None:
+    """Refuse to append to a file written with another schema (it would become a sparse union of columns)."""
+    if not csv_path.exists() or csv_path.stat().st_size == 0:
+        return
+    with open(csv_path, newline="") as f:
+        header = next(csv.reader(f), [])
+    if header != COLUMNS:
+        missing = [c for c in COLUMNS if c not in header]
+        extra = [c for c in header if c not in COLUMNS]
+        raise ResultsFileError(f"{csv_path}: columns differ from artifact.results.COLUMNS (missing {missing}, "
+                               f"extra {extra}); move the file away or re-create it")
+
+
+def read_rows(csv_path: Path) -> list[dict]:
+    """Complete rows of a results file (a torn or status-less last line is ignored)."""
+    if not csv_path.exists():
+        return []
+    with open(csv_path, newline="") as f:
+        return [r for r in csv.DictReader(f) if r.get("config_hash") and r.get("status") in STATUSES]
+
+
+def write_rows(csv_path: Path, rows: list[dict]) -> None:
+    tmp = csv_path.with_name(csv_path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="raise")
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r.get(c, "") for c in COLUMNS})
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, csv_path)
+
+
+def drop_rows(csv_path: Path, hashes: set[str], statuses: tuple[str, ...]) -> int:
+    """Remove rows whose config_hash is in `hashes` and status in `statuses` (for `redo`); return how many."""
+    rows = read_rows(csv_path)
+    keep = [r for r in rows if not (r["config_hash"] in hashes and r["status"] in statuses)]
+    if len(keep) != len(rows):
+        write_rows(csv_path, keep)
+    return len(rows) - len(keep)
+
+
+def shard_files(results_dir: Path, suite: str) -> list[Path]:
+    """results/<suite>.shard<i>-of-<n>.csv, ordered by (n, i)."""
+    pat = re.compile(rf"{re.escape(suite)}\.shard(\d+)-of-(\d+)\.csv")
+    found = [(p, pat.fullmatch(p.name)) for p in results_dir.glob(f"{suite}.shard*-of-*.csv")]
+    return [p for p, m in sorted(((p, m) for p, m in found if m), key=lambda pm: (int(pm[1][2]), int(pm[1][1])))]
+
+
+def merge_shards(results_dir: Path, suite: str) -> tuple[Path, int]:
+    """Merge every shard file of `suite` into results/<suite>.csv (rows already there are kept).
+
+    A config_hash present twice must carry the same values (provenance columns aside) or the merge is
+    refused, naming the hash, the files and the differing columns. Shard files are left in place, so the
+    merge can be repeated. Returns the merged path and the number of rows added.
+    """
+    results_dir = Path(results_dir)
+    target = results_dir / f"{suite}.csv"
+    shards = shard_files(results_dir, suite)
+    if not shards:
+        raise ResultsFileError(f"no shard files {suite}.shard<i>-of-<n>.csv in {results_dir}")
+    for p in [target, *shards]:
+        check_header(p)
+    merged: dict[str, tuple[dict, Path]] = {}
+    for p in [target, *shards]:
+        for r in read_rows(p):
+            h = r["config_hash"]
+            if h in merged:
+                old, src = merged[h]
+                diff = [c for c in COLUMNS if c not in PROVENANCE and old.get(c, "") != r.get(c, "")]
+                if diff:
+                    raise ResultsFileError(f"config_hash {h}: {src.name} and {p.name} disagree on {diff} "
+                                           f"({[old[c] for c in diff]} vs {[r[c] for c in diff]}); refusing "
+                                           "to merge (remove the stale row or file)")
+                continue
+            merged[h] = (r, p)
+    before = len(read_rows(target))
+    write_rows(target, [r for r, _ in merged.values()])
+    return target, len(merged) - before
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)

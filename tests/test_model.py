@@ -1,0 +1,438 @@
+"""Full-model decode (issue 6): prefill, pipeline, beam search, paths, checkpoints, the Fig 6 runner.
+
+CPU tests use the TINY config (4 layers, GDN + gated attention, GQA in both). GPU tests (`pytest -m gpu`) cover
+graph capture, the prompt-attention kernels and the full Qwen3.5-0.8B geometry.
+"""
+import dataclasses
+import json
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from artifact.measure import DEFAULT_TOLERANCE
+from artifact.model.attention import prompt_attention, select_prompt_attention, shared_prefix_attention
+from artifact.model.beam import BeamResult, first_beams, select_beams
+from artifact.model.check import poison, stepper_max_abs_err
+from artifact.model.config import QWEN3_5_0_8B, TINY, ModelConfig, hybrid_pattern
+from artifact.model.decode import BeamDecoder
+from artifact.model.gdn_chunk import chunk_gated_delta, recurrent_gated_delta
+from artifact.model.native_vllm import native_beam_search_unavailable
+from artifact.model.network import HybridModel
+from artifact.model.prefill import prefill, random_prompts, sequence_logits
+from artifact.model.safetensors_io import load_file, save_file
+from artifact.model.weights import load_hf_checkpoint, random_weights, save_hf_checkpoint
+from artifact.reference import TorchFullStateStepper
+from artifact.results import COLUMNS
+from artifact.workload import prefill_state
+
+R, W, T, L = 2, 6, 4, 11
+
+
+@pytest.fixture(scope="module")
+def fp32():
+    m = HybridModel.random(TINY, seed=1, dtype=torch.float32)
+    return m, prefill(m, random_prompts(R, L, TINY.vocab_size, seed=3), replay_block=4)
+
+
+def decode(model, ps, path, **kw):
+    d = BeamDecoder(model, path, R, W, T, L, **kw)
+    d.load_prompt(ps)
+    return d, d.run()
+
+
+# ---- GDN prefill ----
+
+def _gdn_inputs(B, n, hk, hv, K, V, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(B, n, hk, K, generator=g), torch.randn(B, n, hk, K, generator=g),
+            torch.randn(B, n, hv, V, generator=g), -3 * torch.rand(B, n, hv, generator=g),
+            torch.rand(B, n, hv, generator=g))
+
+
+@pytest.mark.parametrize("n,chunk,hk,hv", [(1, 64, 2, 2), (70, 16, 2, 4), (128, 64, 1, 3), (33, 8, 4, 4)])
+def test_chunked_gdn_equals_recurrence(n, chunk, hk, hv):
+    q, k, v, g, beta = _gdn_inputs(2, n, hk, hv, 16, 8)
+    S0 = 0.1 * torch.randn(2, hv, 8, 16)
+    o_ref, S_ref = recurrent_gated_delta(q, k, v, g, beta, S0, dtype=torch.float64)
+    o, S = chunk_gated_delta(q, k, v, g, beta, S0, chunk=chunk, dtype=torch.float64)
+    assert (o - o_ref).abs().max() < 1e-12 and (S - S_ref).abs().max() < 1e-12
+    o32, S32 = chunk_gated_delta(q, k, v, g, beta, S0, chunk=chunk)
+    assert (o32 - o_ref).abs().max() < 1e-5 and (S32 - S_ref).abs().max() < 1e-5
+
+
+def test_chunked_gdn_state_equals_workload_prefill_state():
+    """The matrix-form prefill gives artifact.workload.prefill_state's token-by-token S_ctx."""
+    q, k, v, g, beta = _gdn_inputs(3, 100, 2, 4, 16, 8, seed=1)
+    _, S = chunk_gated_delta(q, k, v, g, beta, dtype=torch.float64)
+    ref = prefill_state(k.transpose(0, 1), v.transpose(0, 1), g.transpose(0, 1), beta.transpose(0, 1),
+                        dtype=torch.float64)
+    assert (S - ref).abs().max() < 1e-12
+
+
+def test_gdn_rejects_bad_shapes():
+    q, k, v, g, beta = _gdn_inputs(1, 5, 2, 4, 16, 8)
+    with pytest.raises(ValueError, match="g"):
+        chunk_gated_delta(q, k, v, g[..., :3], beta)
+    with pytest.raises(ValueError, match="initial_state"):
+        chunk_gated_delta(q, k, v, g, beta, initial_state=torch.zeros(1, 4, 16, 8))
+
+
+def test_prefill_block_checkpoint_and_tail(fp32):
+    """ReplaySSM's start: the state at the last block boundary plus the tail inputs replay to S_ctx."""
+    m, ps = fp32
+    assert ps.boundary == 8 and len(ps.s_ctx) == len(ps.s_boundary) == len(TINY.gdn_layers)
+    for s_ctx, s_b, tail, conv in zip(ps.s_ctx, ps.s_boundary, ps.tail, ps.conv_tail):
+        assert tail["q"].shape == (L - 8, R, 2, 16) and tail["v"].shape == (L - 8, R, 4, 16)
+        assert tail["g"].shape == tail["beta"].shape == (L - 8, R, 4)
+        assert conv.shape == (R, TINY.linear_conv_kernel_dim - 1, TINY.conv_dim)
+        _, S = recurrent_gated_delta(*(tail[n].transpose(0, 1) for n in ("q", "k", "v", "g", "beta")),
+                                     initial_state=s_b)
+        assert (S - s_ctx).abs().max() < 1e-5 and s_ctx.abs().max() > 1e-3
+
+
+# ---- the decode pipeline ----
+
+@pytest.mark.parametrize("path", ["reference_fullstate", "reference_replay"])
+def test_decode_matches_the_no_cache_oracle(fp32, path):
+    """Decode call t's logits for every beam = the logits of re-running the whole model over prompt + that beam's
+    tokens (no cache at all): the conv windows, prompt/decode KV, rotary positions and GDN states all line up."""
+    m, ps = fp32
+    prompt = random_prompts(R, L, TINY.vocab_size, seed=3)
+    _, res = decode(m, ps, path)
+    for t in range(T):
+        prefix = BeamResult(res.tokens[: t + 1], res.parents[: t + 1], res.scores, res.hidden).sequences()
+        full = torch.cat([prompt[:, None, :].expand(R, W, L), prefix], dim=2).reshape(R * W, -1)
+        oracle = sequence_logits(m, full)[:, -1].reshape(R, W, -1)
+        assert (m.logits(res.hidden[t]).float() - oracle).abs().max() < 2e-5, t
+
+
+def test_fullstate_and_replay_give_the_same_beams_at_fp32(fp32):
+    m, ps = fp32
+    _, a = decode(m, ps, "reference_fullstate")
+    _, b = decode(m, ps, "reference_replay")
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.parents, b.parents)
+    assert (a.hidden - b.hidden).abs().max() < 1e-5
+    # a real beam search: children duplicate some parents, others die, order changes
+    p = a.parents[1:]
+    assert any(len(set(row.tolist())) < W for row in p.reshape(-1, W))
+    assert (p != torch.arange(W, dtype=p.dtype)).any()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_ancestry_and_copy_state_modes_decode_identically(dtype):
+    """Conv windows and decode KV through the ancestry index (no copies) == per-beam copies, bit for bit."""
+    m = HybridModel.random(TINY, seed=2, dtype=dtype)
+    ps = prefill(m, random_prompts(R, L, TINY.vocab_size, seed=4))
+    a = decode(m, ps, "reference_fullstate", state_mode="copy")[1]
+    b = decode(m, ps, "reference_fullstate", state_mode="ancestry")[1]
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.parents, b.parents) and torch.equal(a.hidden, b.hidden)
+
+
+def test_bf16_logits_within_tolerance_on_the_same_beams():
+    """At bf16, paths may break near-ties differently, so the replay path follows FullState's beams (teacher
+    forcing) and its logits must stay within tolerance, call by call."""
+    m = HybridModel.random(TINY, seed=1, dtype=torch.bfloat16)
+    ps = prefill(m, random_prompts(R, L, TINY.vocab_size, seed=3))
+    _, a = decode(m, ps, "reference_fullstate")
+    d = BeamDecoder(m, "reference_replay", R, W, T, L)
+    d.load_prompt(ps)
+    b = d.run(forced=a)
+    assert torch.equal(b.tokens, a.tokens) and torch.equal(b.parents, a.parents)
+    scale = max(m.logits(a.hidden[t]).float().abs().max() for t in range(T))
+    err = max((m.logits(a.hidden[t]).float() - m.logits(b.hidden[t]).float()).abs().max() for t in range(T))
+    assert err <= 1e-2 * scale, (err, scale)
+    assert stepper_max_abs_err(d, b) < DEFAULT_TOLERANCE
+
+
+def test_gate_catches_a_stepper_that_ignores_parents(fp32):
+    class NoParents(TorchFullStateStepper):
+        def step(self, t, q, k, v, g, beta, parents, out):
+            return super().step(t, q, k, v, g, beta, torch.zeros_like(parents), out)
+
+    m, ps = fp32
+    d = BeamDecoder(m, "reference_fullstate", R, W, T, L)
+    d.steppers = [NoParents(TINY.geometry, R, W, T, "cpu") for _ in d.steppers]
+    d.load_prompt(ps)
+    assert stepper_max_abs_err(d, d.run()) > 4 * DEFAULT_TOLERANCE
+    good, res = decode(m, ps, "reference_fullstate")
+    assert stepper_max_abs_err(good, res) < 1e-6
+    poison(good)                                  # an unwritten output is never a pass
+    assert stepper_max_abs_err(good, res) == math.inf
+
+
+def test_beam_selection_is_the_global_top_w():
+    g = torch.Generator().manual_seed(0)
+    logits, scores = torch.randn(3, 4, 7, generator=g), torch.randn(3, 4, generator=g)
+    top, par, tok = select_beams(logits, scores)
+    cand = scores[:, :, None] + torch.log_softmax(logits, -1)
+    for r in range(3):
+        want = sorted(((float(cand[r, b, v]), b, v) for b in range(4) for v in range(7)), reverse=True)[:4]
+        assert [(b, v) for _, b, v in want] == list(zip(par[r].tolist(), tok[r].tolist()))
+        assert torch.allclose(top[r], torch.tensor([s for s, _, _ in want]))
+    with pytest.raises(ValueError, match="W=8"):
+        first_beams(torch.randn(2, 7), 8)
+
+
+def test_shared_prefix_attention_equals_full_softmax():
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 3, 4, 16, generator=g)
+    kp, vp = torch.randn(2, 2, 9, 16, generator=g), torch.randn(2, 2, 9, 16, generator=g)
+    ko, vo = torch.randn(2, 3, 2, 2, 16, generator=g), torch.randn(2, 3, 2, 2, 16, generator=g)
+    out = shared_prefix_attention("math", q, kp, vp, ko, vo, 0.25)
+    for r in range(2):
+        for b in range(3):
+            for h in range(4):
+                kv = h // 2
+                keys = torch.cat([kp[r, kv], ko[r, b, :, kv]])
+                vals = torch.cat([vp[r, kv], vo[r, b, :, kv]])
+                want = torch.softmax(keys @ q[r, b, h] * 0.25, 0) @ vals
+                assert torch.allclose(out[r, b, h], want, atol=1e-5)
+    assert select_prompt_attention("cpu", torch.bfloat16, 16) == "math"
+    with pytest.raises(ValueError, match="bogus"):
+        prompt_attention("bogus", q, kp, vp, 1.0)
+
+
+def test_decoder_rejects_bad_input(fp32):
+    m, ps = fp32
+    with pytest.raises(ValueError, match="W=98"):
+        BeamDecoder(m, "reference_fullstate", R, 98, T, L)
+    with pytest.raises(ValueError, match="prompt_len"):
+        BeamDecoder(m, "reference_fullstate", R, W, T, L + 1).load_prompt(ps)
+    with pytest.raises(ValueError, match="unknown path"):
+        BeamDecoder(m, "no_such_path", R, W, T, L)
+    with pytest.raises(ValueError, match="T must"):
+        BeamDecoder(m, "reference_fullstate", R, W, 0, L)
+
+
+# ---- configs and checkpoints ----
+
+def test_qwen3_5_0_8b_geometry():
+    c = QWEN3_5_0_8B
+    assert c.num_hidden_layers == 24 and len(c.gdn_layers) == 18 and len(c.attn_layers) == 6
+    assert c.layer_types[:4] == ("linear_attention",) * 3 + ("full_attention",)
+    assert (c.geometry.hk, c.geometry.hv, c.geometry.k, c.geometry.v) == (16, 16, 128, 128)
+    assert c.rotary_dim == 64 and c.conv_dim == 6144 and c.vocab_size == 248320 and c.tie_word_embeddings
+
+
+def test_config_rejects_bad_values():
+    with pytest.raises(ValueError, match="hidden_size"):
+        dataclasses.replace(TINY, hidden_size=0)
+    with pytest.raises(ValueError, match="layer_types"):
+        dataclasses.replace(TINY, layer_types=("linear_attention", "mamba"))
+    with pytest.raises(ValueError, match="num_key_value_heads"):
+        dataclasses.replace(TINY, num_key_value_heads=3)
+    with pytest.raises(ValueError, match="head_dim"):
+        ModelConfig.from_hf({"text_config": {k: v for k, v in TINY.to_hf_text_config().items() if k != "head_dim"}})
+
+
+def test_safetensors_round_trip(tmp_path):
+    ts = {"a": torch.randn(3, 4).bfloat16(), "b": torch.arange(5, dtype=torch.int64), "c": torch.randn(2, 1, 3)}
+    save_file(ts, tmp_path / "x.safetensors")
+    back = load_file(tmp_path / "x.safetensors")
+    assert set(back) == set(ts) and all(torch.equal(back[n], ts[n]) and back[n].dtype == ts[n].dtype for n in ts)
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_hf_checkpoint_round_trip(tmp_path, shards, fp32):
+    """A tiny checkpoint in Qwen3.5's Hugging Face layout, written by the test, loads back to the same model."""
+    w = random_weights(TINY, seed=1)
+    save_hf_checkpoint(tmp_path, TINY, {n: t.bfloat16() for n, t in w.items()}, shards=shards)
+    config = json.loads((tmp_path / "config.json").read_text())
+    assert config["model_type"] == "qwen3_5" and config["text_config"]["linear_num_value_heads"] == 4
+    cfg, loaded = load_hf_checkpoint(tmp_path)
+    assert cfg == TINY and all(torch.equal(loaded[n], w[n].bfloat16()) for n in w)
+    a = HybridModel.from_hf(tmp_path, torch.float32)
+    b = HybridModel(TINY, {n: t.bfloat16() for n, t in w.items()}, torch.float32)
+    ps = prefill(a, random_prompts(R, L, TINY.vocab_size, seed=3))
+    assert torch.equal(ps.logits_last, prefill(b, random_prompts(R, L, TINY.vocab_size, seed=3)).logits_last)
+
+
+def test_hf_checkpoint_text_only_layout_untied_and_errors(tmp_path):
+    cfg = dataclasses.replace(TINY, tie_word_embeddings=False)
+    w = random_weights(cfg, seed=5)
+    save_file({("lm_head.weight" if n == "lm_head.weight" else "model." + n): t for n, t in w.items()}
+              | {"mtp.fc.weight": torch.zeros(2, 2), "model.visual.x": torch.zeros(1)},
+              tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(cfg.to_hf_text_config()))
+    got_cfg, got = load_hf_checkpoint(tmp_path)
+    assert got_cfg == cfg and set(got) == set(w) and torch.equal(got["lm_head.weight"], w["lm_head.weight"])
+    bad = {n: t for n, t in w.items() if n != "layers.0.linear_attn.A_log"}
+    save_file({"model." + n: t for n, t in bad.items()}, tmp_path / "model.safetensors")
+    with pytest.raises(ValueError, match="layers.0.linear_attn.A_log"):
+        load_hf_checkpoint(tmp_path)
+    with pytest.raises(ValueError, match="config.json"):
+        load_hf_checkpoint(tmp_path / "nowhere")
+
+
+# ---- the Fig 6 runner ----
+
+def _cells(paths, Ts=(2,)):
+    from artifact.results import config_hash
+    geo = TINY.geometry
+    out = []
+    for T_ in Ts:
+        for p in paths:
+            c = dict(suite="full_model", path=p, geometry="tiny", R=2, W=4, T=T_, O=T_ + 1, HK=geo.hk, HV=geo.hv,
+                     K=geo.k, V=geo.v, prompt_len=9, lineage="beam", seed=0, tolerance=DEFAULT_TOLERANCE)
+            c["config_hash"] = config_hash(c)
+            out.append(c)
+    return out
+
+
+def test_run_cells_on_cpu_rows(tmp_path):
+    from artifact.fullmodel_bench import run_cells
+    ctx = SimpleNamespace(device=torch.device("cpu"), tolerance=DEFAULT_TOLERANCE, time_it=False,
+                          results_dir=tmp_path, started=lambda c: None)
+    cells = _cells(["reference_fullstate", "reference_replay", "vllm_fullstate"], Ts=(1, 3))
+    rows = list(run_cells({"full_model": {"model": "tiny", "cpu": True}}, cells, ctx))
+    assert len(rows) == len(cells) and all(set(r) <= set(COLUMNS) for r in rows)
+    for r in rows:
+        if r["path"].startswith("reference"):
+            assert r["status"] == "ok" and r["max_abs_err"] < DEFAULT_TOLERANCE and r["persistent_bytes"] > 0, r
+        else:
+            assert r["status"] in ("skipped", "ok"), r
+    assert (tmp_path / "full_model_recurrent.csv").exists()
+    skipped = list(run_cells({}, cells[:1], ctx))[0]     # the 0.8B model is a GPU job
+    assert skipped["status"] == "skipped" and "CUDA GPU" in skipped["reason"]
+    with pytest.raises(ValueError, match="repeat"):
+        list(run_cells({"full_model": {"repeat": 3}}, cells[:1], ctx))
+
+
+def test_triton_paths_in_the_pipeline_under_the_interpreter():
+    """onela (ancestry) and controlled_fullstate (copies) in the full pipeline: the gate passes and both follow
+    the same beams as FP32 FullState (run by the Triton interpreter on CPU hosts)."""
+    pytest.importorskip("kernels.onela")
+    m = HybridModel.random(TINY, seed=1, dtype=torch.float32)
+    ps = prefill(m, random_prompts(2, 5, TINY.vocab_size, seed=3))
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    if dev == "cuda":
+        m = HybridModel.random(TINY, seed=1, dtype=torch.float32, device=dev)
+        ps = prefill(m, random_prompts(2, 5, TINY.vocab_size, seed=3, device=dev))
+    ref = BeamDecoder(m, "reference_fullstate", 2, 3, 2, 5)
+    ref.load_prompt(ps)
+    want = ref.run()
+    for path in ("onela", "controlled_fullstate"):
+        d = BeamDecoder(m, path, 2, 3, 2, 5)
+        d.load_prompt(ps)
+        got = d.run(forced=want)
+        assert stepper_max_abs_err(d, got) < DEFAULT_TOLERANCE, path
+        assert (got.hidden.float() - want.hidden.float()).abs().max() < 5e-2, path
+
+
+def test_native_vllm_beam_search_reports_why_it_cannot_run():
+    reason = native_beam_search_unavailable()
+    assert "torch" in reason or "vLLM" in reason
+
+
+# ---- GPU ----
+
+@pytest.mark.gpu
+def test_gpu_native_vllm_beam_search():
+    pytest.skip(native_beam_search_unavailable())
+
+
+@pytest.mark.gpu
+def test_gpu_prompt_attention_kernels_match_math():
+    impl = select_prompt_attention("cuda", torch.bfloat16, 256)
+    print("prompt attention kernel:", impl)
+    assert impl in ("flash", "efficient")
+    g = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(4, 256, 8, 256, generator=g, device="cuda").bfloat16()
+    kp, vp = (torch.randn(4, 2, 1024, 256, generator=g, device="cuda").bfloat16() for _ in range(2))
+    ko, vo = (torch.randn(4, 256, 3, 2, 256, generator=g, device="cuda").bfloat16() for _ in range(2))
+    a = shared_prefix_attention(impl, q, kp, vp, ko, vo, 256 ** -0.5).float()
+    b = shared_prefix_attention("math", q, kp, vp, ko, vo, 256 ** -0.5).float()
+    assert (a - b).abs().max() < 2e-2
+
+
+def _small_qwen(device="cuda"):
+    """The Qwen3.5-0.8B layer geometry with 8 layers (6 GDN + 2 attention) and a 4096-token vocabulary."""
+    cfg = dataclasses.replace(QWEN3_5_0_8B, vocab_size=4096, layer_types=hybrid_pattern(8, 4))
+    return HybridModel.random(cfg, seed=0, dtype=torch.bfloat16, device=device)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["reference_fullstate", "onela", "controlled_fullstate", "vllm_fullstate",
+                                  "vllm_replayssm"])
+def test_gpu_graph_replay_equals_eager_and_passes_the_gate(path):
+    """Per-call CUDA graphs captured on a decoy prompt, replayed on the real one (following the eager decode's
+    beams): the same hidden states as the eager decode, and the GDN outputs pass the FP32 FullState gate."""
+    from artifact.model.graphs import capture, time_decode, time_steppers
+    from artifact.paths import get_path
+    from artifact.workload import Shape
+    m = _small_qwen()
+    reason = get_path(path).supports(m.cfg.geometry, Shape(2, 16, 3), torch.device("cuda"))
+    if reason:
+        pytest.skip(reason)
+    Lp = 600                                                    # crosses one 576-token ReplaySSM block
+    ps = prefill(m, random_prompts(2, Lp, m.cfg.vocab_size, seed=1, device="cuda"), replay_block=576)
+    decoy = prefill(m, random_prompts(2, Lp, m.cfg.vocab_size, seed=2, device="cuda"), replay_block=576)
+    d = BeamDecoder(m, path, 2, 16, 3, Lp)
+    d.load_prompt(ps)
+    eager = d.run()
+    assert stepper_max_abs_err(d, eager) < DEFAULT_TOLERANCE
+    d.load_prompt(decoy)
+    capture(d)
+    d.load_prompt(ps)
+    poison(d)
+    replay = d.run(use_graphs=True, forced=eager)
+    scale = eager.hidden.float().abs().max()
+    assert (replay.hidden.float() - eager.hidden.float()).abs().max() < 0.05 * scale    # stale data: O(scale)
+    assert stepper_max_abs_err(d, replay) < DEFAULT_TOLERANCE
+    free = d.run(use_graphs=True)
+    print(path, "free-running replay picks the eager beams:", torch.equal(free.tokens, eager.tokens))
+    t = time_decode(d, repeats=3, warmup=1)
+    r = time_steppers(d, replay.parents[:3], repeats=3, warmup=1)
+    print(path, "decode-forward ms", t["median_ms"], "recurrent ms", r["median_ms"])
+    assert 0 < r["median_ms"] < t["median_ms"]
+
+
+@pytest.mark.gpu
+def test_gpu_compiled_pipeline_matches_eager():
+    """torch.compile'd non-recurrent ops (what the Fig 6 runner uses on a GPU), captured in graphs: same
+    decode as the eager ops on the same beams, and the gate passes."""
+    from artifact.model.graphs import capture
+    m = _small_qwen()
+    ps = prefill(m, random_prompts(2, 300, m.cfg.vocab_size, seed=1, device="cuda"))
+    eager_dec = BeamDecoder(m, "onela", 2, 16, 3, 300)
+    eager_dec.load_prompt(ps)
+    eager = eager_dec.run()
+    d = BeamDecoder(m, "onela", 2, 16, 3, 300, compile=True)
+    d.load_prompt(ps)
+    capture(d)
+    got = d.run(use_graphs=True, forced=eager)
+    assert (got.hidden.float() - eager.hidden.float()).abs().max() < 0.05 * eager.hidden.float().abs().max()
+    assert stepper_max_abs_err(d, got) < DEFAULT_TOLERANCE
+
+
+@pytest.mark.gpu
+def test_gpu_decode_matches_the_no_cache_oracle_fp32():
+    m = HybridModel.random(TINY, seed=1, dtype=torch.float32, device="cuda")
+    prompt = random_prompts(R, L, TINY.vocab_size, seed=3, device="cuda")
+    ps = prefill(m, prompt)
+    for path in ("reference_fullstate", "reference_replay"):
+        _, res = decode(m, ps, path)
+        for t in range(T):
+            prefix = BeamResult(res.tokens[: t + 1], res.parents[: t + 1], res.scores, res.hidden).sequences()
+            full = torch.cat([prompt[:, None, :].expand(R, W, L), prefix], dim=2).reshape(R * W, -1)
+            oracle = sequence_logits(m, full)[:, -1].reshape(R, W, -1)
+            assert (m.logits(res.hidden[t]).float() - oracle).abs().max() < 1e-4, (path, t)
+
+
+@pytest.mark.gpu
+def test_gpu_full_geometry_cells(tmp_path):
+    """The real Fig 6 geometry end to end through the runner at a small beam (R=2, W=16, T=2, prompt 600)."""
+    from artifact.fullmodel_bench import run_cells
+    ctx = SimpleNamespace(device=torch.device("cuda"), tolerance=DEFAULT_TOLERANCE, time_it=True,
+                          results_dir=tmp_path, started=lambda c: None)
+    geo = QWEN3_5_0_8B.geometry
+    cells = [dict(suite="full_model", path=p, geometry="qwen3_5_0_8b", R=2, W=16, T=2, O=3, HK=geo.hk,
+                  HV=geo.hv, K=geo.k, V=geo.v, prompt_len=600, lineage="beam", seed=0, config_hash=p)
+             for p in ("onela", "controlled_fullstate", "vllm_fullstate", "vllm_replayssm")]
+    rows = list(run_cells({"full_model": {"repeats": 3, "warmup": 1, "compile": False}}, cells, ctx))
+    for r in rows:
+        print(r["path"], r["status"], r.get("latency_ms"), r.get("max_abs_err"), r.get("reason"))
+    assert all(r["status"] in ("ok", "skipped") for r in rows)
+    assert rows[0]["status"] == "ok" or rows[0]["path"] != "onela"

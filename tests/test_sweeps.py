@@ -1,0 +1,377 @@
+"""sweeps/: every suite config composes and validates, typos fail naming the key, the smoke suite runs end to end
+on CPU through the real entry point, a killed sweep resumes without losing or duplicating rows, failures are
+recorded and make the exit status non-zero, and joblib shards merge into the same cells as one run."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
+
+import sweeps.schema  # noqa: F401 - registers the structured configs
+from artifact.paths import PATHS, DecodePath
+from artifact.results import COLUMNS
+from artifact.workload import GEOMETRIES
+import sweeps.run as sweep_run
+from artifact.reference import fullstate_decode
+from sweeps import operator_runner, runners
+from sweeps.run import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, KILL_AFTER_ENV, run_sweep
+from sweeps.spec import ConfigError, shape_cells, shard_cells, validate
+from sweeps.tables import ResultsFileError, merge_shards, read_rows, write_rows
+
+REPO = Path(__file__).resolve().parents[1]
+SUITES = ("operator", "recurrent_path", "traffic", "full_model", "smoke")
+CPU = torch.device("cpu")
+REFS = "path=[reference_fullstate,reference_replay]"
+
+
+def cfg_of(*overrides: str, hydra_cfg: bool = False):
+    with initialize_config_module("sweeps.conf", version_base="1.3"):
+        return compose("config", overrides=list(overrides), return_hydra_config=hydra_cfg)
+
+
+def cli(tmp: Path, *args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m sweeps.run ...` in `tmp` (results/, outputs/ land there), as a user runs it."""
+    e = {**os.environ, "PYTHONPATH": str(REPO), "TRITON_INTERPRET": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "sweeps.run", *args, "progress=false"], cwd=tmp, env=e,
+                          capture_output=True, text=True, timeout=240)
+
+
+# ---------------------------------------------------------------- configs
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_every_suite_composes_and_validates(suite):
+    spec = validate(cfg_of(f"suite={suite}"))
+    assert spec.suite == suite and spec.lineage == "beam" and spec.shard_count == 1
+    cells = shard_cells(spec, CPU)
+    assert len({c["config_hash"] for c in cells}) == len(cells)
+    assert all(set(c) <= set(COLUMNS) for c in cells)
+
+
+def test_operator_suite_is_405_shapes_over_every_path():
+    spec = validate(cfg_of("suite=operator"))
+    shapes = shape_cells(spec, CPU)
+    assert len(shapes) == 3 * 3 * 5 * 9 == 405
+    assert list(spec.geometries) == list(GEOMETRIES)
+    assert spec.paths == list(PATHS)
+    assert {(c["R"], c["W"], c["T"]) for s in shapes for c in s} == \
+        {(r, w, t) for r in (4, 8, 16) for w in (128, 256, 512) for t in range(2, 7)}
+
+
+def test_paper_suites_cells():
+    fm = validate(cfg_of("suite=full_model"))
+    assert fm.paths == ["onela", "controlled_fullstate", "vllm_fullstate", "vllm_replayssm"]
+    assert (fm.R, fm.W, fm.T, fm.prompt_len) == ([4], [256], [2, 3, 4, 5, 6], [1024, 5120])
+    rp = validate(cfg_of("suite=recurrent_path"))
+    assert (list(rp.geometries), rp.R, rp.W, rp.T, rp.paths) == (["qwen3_5_0_8b"], [4], [512], [2, 6], list(PATHS))
+
+
+def test_traffic_rows_join_recurrent_path_rows_by_hash():
+    gpu = torch.device("cuda")   # only names the default prompt length; nothing is allocated
+    traffic = shard_cells(validate(cfg_of("suite=traffic")), gpu)
+    recurrent = shard_cells(validate(cfg_of("suite=recurrent_path")), gpu)
+    assert [c["config_hash"] for c in traffic] == [c["config_hash"] for c in recurrent]
+    assert {c["suite"] for c in traffic} == {"traffic"}
+    operator = {c["config_hash"] for c in shard_cells(validate(cfg_of("suite=operator")), gpu)}
+    assert not operator & {c["config_hash"] for c in recurrent}   # another suite: its own hashes
+
+
+def test_single_run_by_override():
+    spec = validate(cfg_of("suite=operator", "geometry=qwen3_5_0_8b", "shape.R=[4]", "shape.W=[512]",
+                           "shape.T=[2,6]", "path=[onela,vllm_fullstate]"))
+    cells = shard_cells(spec, CPU)
+    assert [(c["geometry"], c["R"], c["W"], c["T"], c["path"]) for c in cells] == [
+        ("qwen3_5_0_8b", 4, 512, 2, "onela"), ("qwen3_5_0_8b", 4, 512, 2, "vllm_fullstate"),
+        ("qwen3_5_0_8b", 4, 512, 6, "onela"), ("qwen3_5_0_8b", 4, 512, 6, "vllm_fullstate")]
+    assert cells[0]["HV"] == 16 and cells[0]["O"] == 3
+
+
+@pytest.mark.parametrize("override,named", [
+    ("shape.RR=[4]", "shape.RR"), ("geometry=qwen35", "geometry/qwen35"), ("path=[onela,onla]", "path/onla"),
+    ("shape.R=[four]", "shape.R"), ("suite=opertor", "opertor"), ("hardware=tpu", "hardware/tpu"),
+    ("timer.rep=5", "timer.rep"), ("full_model.repeatz=5", "full_model.repeatz"),
+    ("traffic.ladder=5", "traffic.ladder"),
+])
+def test_composition_typos_fail_naming_the_key(override, named):
+    with pytest.raises(Exception) as e:
+        cfg_of("suite=operator", override) if not override.startswith("suite=") else cfg_of(override)
+    assert named in str(e.value)
+
+
+@pytest.mark.parametrize("override,named", [
+    ("shape.R=[4,0]", "shape.R"), ("shape.T=[2,2]", "shape.T"), ("lineage=bogus", "lineage"),
+    ("shard.index=2", "shard.index"), ("redo=[ok]", "redo"), ("timer.rep_ms=0", "timer.rep_ms"),
+    ("hardware.device=tpu", "hardware.device"), ("tolerance=0", "tolerance"), ("budget_min=-1", "budget_min"),
+    ("geometry.kimi_linear.hv=48", "geometry.kimi_linear"), ("geometry.qwen3_5_0_8b.hv=32", "geometry.qwen3_5_0_8b"),
+])
+def test_bad_values_fail_before_any_cell_naming_the_key(override, named):
+    with pytest.raises(ConfigError, match=f"config key {named}"):
+        validate(cfg_of("suite=operator", override))
+
+
+def test_runner_settings_are_typed_config_sections():
+    cfg = cfg_of("suite=full_model", "full_model.repeats=5", "traffic.timeout_s=60")
+    assert cfg.full_model.repeats == 5 and cfg.traffic.timeout_s == 60
+
+
+def test_launcher_configs_compose():
+    jl = cfg_of("suite=operator", "launcher=joblib_gpus", "shard.count=4", hydra_cfg=True)
+    assert jl.hydra.launcher._target_.endswith("JoblibLauncher")
+    assert jl.hydra.launcher.n_jobs == 4 and jl.hydra.sweeper.params["shard.index"] == "range(0,4)"
+    assert jl.hardware.gpu == jl.shard.index          # job i -> GPU i
+    sl = cfg_of("suite=operator", "launcher=slurm", hydra_cfg=True)
+    assert sl.hydra.launcher._target_.endswith("SlurmLauncher")
+    assert sl.hydra.launcher.gpus_per_node == 1 and sl.hydra.launcher.array_parallelism == 8
+    assert sl.hydra.sweeper.params["shard.index"] == "range(0,8)" and sl.hardware.gpu is None
+    for c in (jl, sl):
+        assert c.hydra.callbacks.merge_shards._target_ == "sweeps.merge.MergeShardsCallback"
+
+
+def test_shards_partition_whole_shapes():
+    base = cfg_of("suite=operator")
+    every = [c["config_hash"] for c in shard_cells(validate(base), CPU)]
+    parts = []
+    for i in range(3):
+        parts += shard_cells(validate(cfg_of("suite=operator", "shard.count=3", f"shard.index={i}")), CPU)
+    assert sorted(c["config_hash"] for c in parts) == sorted(every)
+    per_shard_shapes = [{(c["geometry"], c["R"], c["W"], c["T"]) for c in shard_cells(
+        validate(cfg_of("suite=operator", "shard.count=3", f"shard.index={i}")), CPU)} for i in range(3)]
+    assert sum(len(s) for s in per_shard_shapes) == 405 and not per_shard_shapes[0] & per_shard_shapes[1]
+
+
+# ---------------------------------------------------------------- end to end (real entry point, CPU)
+
+def test_smoke_suite_end_to_end_and_rerun_skips(tmp_path, capsys):
+    """./run_all.sh smoke's command: every path recorded; skipped paths say why; a re-run runs nothing."""
+    p = cli(tmp_path, "suite=smoke")
+    res = tmp_path / "outputs" / "smoke_results"        # smoke's default results_dir: out of results/
+    out = res / "smoke.csv"
+    assert p.returncode == EXIT_OK, p.stdout + p.stderr
+    rows = read_rows(out)
+    spec = validate(cfg_of("suite=smoke"))
+    assert sorted(r["config_hash"] for r in rows) == sorted(c["config_hash"] for c in shard_cells(spec, CPU))
+    assert {r["path"] for r in rows} == set(PATHS)
+    for r in rows:
+        assert r["status"] in ("ok", "skipped"), r
+        assert r["status"] == "ok" or r["reason"], r
+        if r["status"] == "ok":
+            assert float(r["max_abs_err"]) <= float(r["tolerance"]) and int(r["persistent_bytes"]) > 0
+    assert all(r["status"] == "ok" for r in rows if r["path"].startswith("reference_"))
+    run_ids = {r["run_id"] for r in rows}
+    assert len(run_ids) == 1
+    env = json.loads((res / "env" / f"{run_ids.pop()}.json").read_text())
+    assert env["suite"] == "smoke" and env["git_commit"] and "torch" in env and env["config"]["suite"]["name"] == "smoke"
+    assert "ok " in p.stdout and "failed 0" in p.stdout
+    assert not (tmp_path / "results").exists() and (tmp_path / "outputs" / "smoke").is_dir()   # Hydra's own dir
+
+    before = out.read_bytes()         # the same command again (in process: one interpreter start less)
+    assert run_sweep(cfg_of("suite=smoke", f"results_dir={res}", "progress=false")) == EXIT_OK
+    assert "0 to run" in capsys.readouterr().out
+    assert out.read_bytes() == before
+
+
+def test_killed_sweep_resumes_without_loss_or_duplicates(tmp_path):
+    args = ("suite=smoke", REFS, "results_dir=results")
+    killed = cli(tmp_path, *args, env={KILL_AFTER_ENV: "3"})
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    out = tmp_path / "results" / "smoke.csv"
+    first = read_rows(out)
+    assert len(first) == 3
+    with open(out, "a") as f:       # a kill mid-write leaves a torn last line
+        f.write("smoke,reference_replay,smoke_gqa,2,5,3,4,2,4,16,32,32,be")
+    assert run_sweep(cfg_of(*args[:-1], f"results_dir={tmp_path / 'results'}", "progress=false")) == EXIT_OK
+    rows = read_rows(out)
+    expected = [c["config_hash"] for c in shard_cells(validate(cfg_of(*args)), CPU)]
+    assert sorted(r["config_hash"] for r in rows) == sorted(expected)      # none lost, none twice
+    assert rows[:3] == first                                               # finished rows untouched
+    with open(out, newline="") as f:
+        assert sum(1 for _ in csv.reader(f)) == 1 + len(expected)         # no torn fragment left
+
+
+def test_joblib_shards_merge_into_the_same_cells_as_one_run(tmp_path):
+    one, sharded = tmp_path / "one", tmp_path / "sharded"
+    one.mkdir(), sharded.mkdir()
+    p = cli(sharded, "-m", "suite=smoke", "launcher=joblib_gpus", "shard.count=2", "hardware=cpu",
+            "path=[reference_replay]", "results_dir=results")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert sorted(f.name for f in (sharded / "results").glob("smoke.shard*")) == \
+        ["smoke.shard0-of-2.csv", "smoke.shard1-of-2.csv"]
+    envs = [json.loads(f.read_text()) for f in (sharded / "results" / "env").glob("*.json")]
+    assert sorted(e["assigned_gpu"] for e in envs) == [0, 1]   # each job its own (here fake) device id
+    cfg = cfg_of("suite=smoke", "path=[reference_replay]", f"results_dir={one / 'results'}", "progress=false")
+    assert run_sweep(cfg) == EXIT_OK
+    key = lambda rows: sorted((r["config_hash"], r["status"], r["path"], r["T"]) for r in rows)  # noqa: E731
+    assert key(read_rows(sharded / "results" / "smoke.csv")) == key(read_rows(one / "results" / "smoke.csv"))
+
+
+# ---------------------------------------------------------------- failures, budget, redo (in process)
+
+class _Path(DecodePath):
+    """A fake path: `mode` picks how it misbehaves."""
+
+    capturable = False
+
+    def __init__(self, mode):
+        self.mode = mode
+
+    def supports(self, geometry, shape, device):
+        return "fake: unsupported here" if self.mode == "unsupported" else None
+
+    def prepare(self, wl):
+        self.ref = fullstate_decode(wl)
+
+    def run(self, wl):
+        if self.mode == "raise":
+            raise RuntimeError("kernel exploded")
+        if self.mode == "oom":
+            raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80 GiB")
+        return self.ref + (1.0 if self.mode == "wrong" else 0.0)
+
+    def persistent_bytes(self):
+        return 1
+
+    def written_bytes(self):
+        return 1
+
+
+@pytest.fixture
+def fake_paths(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    modes = {"reference_fullstate": "ok", "reference_replay": "raise", "onela": "wrong", "controlled_fullstate": "oom"}
+    monkeypatch.setattr(operator_runner, "get_path", lambda name: _Path(modes.get(name, "unsupported")))
+
+
+def _cfg(tmp_path, *extra):
+    return cfg_of("suite=smoke", "geometry=smoke_mha", "shape.T=[2]", f"results_dir={tmp_path / 'r'}",
+                  "progress=false", *extra)
+
+
+def test_failed_unsupported_and_oom_cells_are_recorded_and_exit_nonzero(tmp_path, fake_paths, capsys):
+    cfg = _cfg(tmp_path, "path=[reference_replay,onela,controlled_fullstate,reference_fullstate,vllm_fullstate]")
+    assert run_sweep(cfg) == EXIT_FAILED
+    rows = {r["path"]: r for r in read_rows(tmp_path / "r" / "smoke.csv")}
+    assert rows["reference_replay"]["status"] == "failed" and "kernel exploded" in rows["reference_replay"]["reason"]
+    assert rows["onela"]["status"] == "failed" and "> tolerance" in rows["onela"]["reason"]
+    assert rows["onela"]["latency_ms"] in ("", "nan")          # a red gate is never timed
+    assert rows["controlled_fullstate"]["status"] == "skipped"
+    assert rows["controlled_fullstate"]["reason"].startswith("out of memory")
+    assert rows["reference_fullstate"]["status"] == "ok"       # the sweep went on past the failures
+    assert rows["vllm_fullstate"]["status"] == "skipped" and rows["vllm_fullstate"]["reason"] == "fake: unsupported here"
+    out = capsys.readouterr().out
+    assert "ok 1, skipped 2 (1 out of memory), failed 2" in out and "FAILED  reference_replay" in out
+    assert run_sweep(cfg) == EXIT_FAILED          # recorded failures still fail a re-run that runs nothing
+
+
+def test_cpu_rows_stay_out_of_results_by_default(tmp_path, fake_paths, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = cfg_of("suite=recurrent_path", "path=[vllm_fullstate]", "progress=false")
+    assert run_sweep(cfg) == EXIT_OK
+    assert (tmp_path / "outputs" / "cpu_results" / "recurrent_path.csv").exists()
+    assert not (tmp_path / "results").exists()
+
+
+def test_shape_with_only_unsupported_paths_builds_nothing(tmp_path, fake_paths, monkeypatch):
+    def no_build(*a, **k):
+        raise AssertionError("workload built for a shape no path can run")
+    monkeypatch.setattr(operator_runner, "make_workload", no_build)
+    assert run_sweep(_cfg(tmp_path, "path=[vllm_fullstate,sglang_fullstate]")) == EXIT_OK
+    assert {r["status"] for r in read_rows(tmp_path / "r" / "smoke.csv")} == {"skipped"}
+
+
+def test_redo_failed_replaces_the_row(tmp_path, fake_paths, monkeypatch):
+    cfg = _cfg(tmp_path, "path=[reference_replay,reference_fullstate]")
+    assert run_sweep(cfg) == EXIT_FAILED
+    monkeypatch.setattr(operator_runner, "get_path", lambda name: _Path("ok"))   # "the bug is fixed"
+    assert run_sweep(cfg) == EXIT_FAILED                                         # plain re-run: still failed
+    assert run_sweep(_cfg(tmp_path, "path=[reference_replay,reference_fullstate]", "redo=[failed]")) == EXIT_OK
+    rows = read_rows(tmp_path / "r" / "smoke.csv")
+    assert sorted((r["path"], r["status"]) for r in rows) == [("reference_fullstate", "ok"), ("reference_replay", "ok")]
+
+
+def test_runner_crash_records_the_current_cell(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+    def crashing(cfg, cells, ctx):
+        ctx.started(cells[0])
+        yield {**cells[0], "status": "ok"}
+        ctx.started(cells[1])
+        raise RuntimeError("runner bug")
+    monkeypatch.setattr(sweep_run, "load_runner", lambda name: crashing)
+    assert run_sweep(_cfg(tmp_path, REFS)) == EXIT_FAILED
+    rows = read_rows(tmp_path / "r" / "smoke.csv")
+    assert [r["status"] for r in rows] == ["ok", "failed"] and "runner crashed: RuntimeError: runner bug" in rows[1]["reason"]
+
+
+def test_missing_runner_module_fails_the_suite_with_its_name(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(runners.RUNNERS, "full_model", "artifact.no_such_module:run_cells")
+    assert run_sweep(cfg_of("suite=full_model", f"results_dir={tmp_path}", "progress=false")) == EXIT_FAILED
+    assert "artifact.no_such_module" in capsys.readouterr().err
+    assert not (tmp_path / "full_model.csv").exists()
+
+
+def test_budget_stops_early_and_a_rerun_finishes(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert run_sweep(_cfg(tmp_path, REFS, "budget_min=1e-9")) == EXIT_INCOMPLETE
+    assert len(read_rows(tmp_path / "r" / "smoke.csv")) == 1
+    assert run_sweep(_cfg(tmp_path, REFS)) == EXIT_OK
+    assert len(read_rows(tmp_path / "r" / "smoke.csv")) == 2
+
+
+# ---------------------------------------------------------------- merge
+
+def _row(h, latency="1.0", run_id="a"):
+    return {c: "" for c in COLUMNS} | {"suite": "s", "path": "p", "status": "ok", "config_hash": h,
+                                       "latency_ms": latency, "run_id": run_id}
+
+
+def test_merge_dedups_identical_rows_and_refuses_conflicts(tmp_path):
+    write_rows(tmp_path / "s.shard0-of-2.csv", [_row("h1"), _row("h2")])
+    write_rows(tmp_path / "s.shard1-of-2.csv", [_row("h3"), _row("h2", run_id="b")])   # same cell, same values
+    path, added = merge_shards(tmp_path, "s")
+    assert added == 3 and [r["config_hash"] for r in read_rows(path)] == ["h1", "h2", "h3"]
+    assert merge_shards(tmp_path, "s")[1] == 0                                          # idempotent
+    write_rows(tmp_path / "s.shard1-of-2.csv", [_row("h2", latency="9.9")])
+    with pytest.raises(ResultsFileError, match="config_hash h2.*latency_ms"):
+        merge_shards(tmp_path, "s")
+
+
+def test_a_file_with_another_schema_is_refused(tmp_path, capsys):
+    old = tmp_path / "r" / "smoke.csv"
+    old.parent.mkdir()
+    old.write_text("suite,path,latency\nsmoke,onela,1.0\n")
+    assert run_sweep(_cfg(tmp_path, REFS)) == EXIT_FAILED
+    assert "columns differ" in capsys.readouterr().err
+    assert old.read_text() == "suite,path,latency\nsmoke,onela,1.0\n"
+
+
+def test_merge_cli_names_bad_arguments(tmp_path):
+    e = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.run([sys.executable, "-m", "sweeps.merge", "suite=s", "resultsdir=x"], env=e, cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "resultsdir=x" in p.stderr
+
+
+# ---------------------------------------------------------------- GPU
+
+@pytest.mark.gpu
+def test_gpu_recurrent_path_cells_are_timed_with_floors(tmp_path):
+    cfg = cfg_of("suite=recurrent_path", "shape.T=[2]", "path=[reference_replay,onela,controlled_fullstate]",
+                 "timer.warmup_ms=5", "timer.rep_ms=20", f"results_dir={tmp_path}", "progress=false")
+    assert run_sweep(cfg) == EXIT_OK
+    rows = {r["path"]: r for r in read_rows(tmp_path / "recurrent_path.csv")}
+    for name in ("onela", "controlled_fullstate"):
+        assert rows[name]["status"] == "ok" and float(rows[name]["latency_ms"]) > 0, rows[name]
+        assert float(rows[name]["p20_ms"]) <= float(rows[name]["latency_ms"]) <= float(rows[name]["p80_ms"])
+        if rows[name]["compulsory_bytes"]:
+            assert float(rows[name]["floor_ms"]) > 0 and rows[name]["floor_bound"]
+    env = json.loads(next((tmp_path / "env").glob("*.json")).read_text())
+    assert env["ceilings"]["copy_bytes_per_s"] > 1e11 and env["gpu"] == torch.cuda.get_device_name()
+    assert OmegaConf.create(env["config"]).suite.name == "recurrent_path"
