@@ -10,6 +10,8 @@
   4. time: latency_ms = decode-forward GPU time summed over the T calls (CUDA events around each call's graph
      replay; beam selection excluded; median / p20 / p80 over `repeats` whole searches), and the recurrent
      share: the same T steps of only the GDN steppers, replayed from the checked decode's inputs.
+On a GPU the non-recurrent ops are fused with torch.compile (artifact.model.blocks); if compiling fails on the
+first cell the run continues eager, and every row's `timer` names the pipeline and prompt-attention kernel.
 persistent_bytes / written_bytes are the steppers' recurrent state (all GDN layers). The recurrent share
 goes to the row's `recurrent_ms` column when the schema has one, and with the pipeline's conv/KV bytes and
 the prompt-attention kernel to the side file <results_dir>/full_model_recurrent.csv (joined on config_hash).
@@ -98,6 +100,16 @@ def _free(device) -> None:
         torch.cuda.empty_cache()
 
 
+def _context_alive(device) -> bool:
+    if torch.device(device).type != "cuda":
+        return True
+    try:
+        torch.cuda.synchronize(device)
+        return True
+    except Exception:  # noqa: BLE001 - any error here means the context is gone
+        return False
+
+
 class _Inputs:
     """Model and prefills shared by the cells of one run (built on first use)."""
 
@@ -156,8 +168,12 @@ def iter_cells(cfg, cells: list[dict], ctx) -> Iterator[tuple[dict, dict | None]
         ctx.started(cell)
         side = []
         row = _run_cell(cell, settings, inputs, ctx, side)
+        lost = row["status"] == "failed" and not _context_alive(ctx.device)
         _free(ctx.device)
         yield row, (side[0] if side else None)
+        if lost:
+            raise RuntimeError(f"CUDA context unusable after {cell['path']} failed ({row['reason'][:200]}); "
+                               "re-run the same command to continue with the remaining cells")
 
 
 def _run_cell(cell: dict, settings: FullModelSettings, inputs: _Inputs, ctx, side: list) -> dict:
@@ -173,30 +189,32 @@ def _run_cell(cell: dict, settings: FullModelSettings, inputs: _Inputs, ctx, sid
         return _row(cell, "failed", f"setup: {type(e).__name__}: {e}")
     if reason:
         return _row(cell, "skipped", reason)
-    row = _measure(cell, settings, inputs, ctx, model, side, on_gpu, inputs.compile)
+    graphs = on_gpu and getattr(path, "capturable", True)
+    row = _measure(cell, settings, inputs, ctx, model, side, graphs, inputs.compile)
     if inputs.compile_error and inputs.compile and not inputs.compiled_ok:
         # torch.compile is only a fusion of the fixed pipeline: if it breaks on the first cell, the whole run
         # goes eager (recorded in every row's timer) rather than mixing fused and unfused cells.
         inputs.compile = False
         side.clear()
-        row = _measure(cell, settings, inputs, ctx, model, side, on_gpu, False)
+        row = _measure(cell, settings, inputs, ctx, model, side, graphs, False)
     elif row["status"] == "ok" and inputs.compile:
         inputs.compiled_ok = True
     return row
 
 
-def _measure(cell, settings, inputs, ctx, model, side: list, on_gpu: bool, compile: bool) -> dict:
+def _measure(cell, settings, inputs, ctx, model, side: list, graphs: bool, compile: bool) -> dict:
     try:
         dec = BeamDecoder(model, cell["path"], cell["R"], cell["W"], cell["T"], cell["prompt_len"],
                           attention=settings.attention, compile=compile)
         pipeline = dec.ops.label + (f" (torch.compile failed: {inputs.compile_error})" if inputs.compile_error
                                     else "")
-        if on_gpu:
+        on_gpu = model.device.type == "cuda"
+        if graphs:
             dec.load_prompt(inputs.prompt(model, cell, decoy=True))
             capture(dec)
         dec.load_prompt(inputs.prompt(model, cell, decoy=False))
         poison(dec)
-        result = dec.run(use_graphs=on_gpu)
+        result = dec.run(use_graphs=graphs)
         err = stepper_max_abs_err(dec, result)
         row = _row(cell, "ok", max_abs_err=err, tolerance=ctx.tolerance, persistent_bytes=dec.persistent_bytes(),
                    written_bytes=dec.written_bytes())
@@ -208,11 +226,12 @@ def _measure(cell, settings, inputs, ctx, model, side: list, on_gpu: bool, compi
         if on_gpu and ctx.time_it:
             t = time_decode(dec, settings.repeats, settings.warmup)
             row.update(latency_ms=t["median_ms"], p20_ms=t["p20_ms"], p80_ms=t["p80_ms"],
-                       timer=(f"cuda_graph_per_call+cuda_events(sum over T calls, median of {settings.repeats} "
+                       timer=(f"{'cuda_graph_per_call' if graphs else 'eager(not capturable)'}+cuda_events(sum over "
+                              f"T calls, median of {settings.repeats} "
                               f"searches, warmup {settings.warmup}; beam selection excluded; "
                               f"pipeline {pipeline}; prompt attention {dec.attn_impl})"))
             rec = time_steppers(dec, result.parents[: cell["T"]], settings.repeats, settings.warmup) \
-                if settings.recurrent_share else None
+                if settings.recurrent_share and graphs else None
             side.append(_side(ctx, row, dec, rec))
         else:
             row["timer"] = "none (CPU: correctness only)" if not on_gpu else "not timed"

@@ -105,8 +105,12 @@ def _run_shape(cells: list[dict], ctx: RunContext) -> Iterator[dict]:
 
 
 def _run_cell(cell: dict, path, wl, ref, ctx: RunContext) -> dict:
+    # A framework whose kernel computes in lower precision declares its own, documented gate (its docstring
+    # says why); the row records the tolerance it was held to.
+    tolerance = max(ctx.tolerance, getattr(path, "gate_tolerance", 0.0))
+    cell = {**cell, "tolerance": tolerance}
     try:
-        res = check_and_time(path, wl, ref, tolerance=ctx.tolerance, warmup_ms=ctx.warmup_ms,
+        res = check_and_time(path, wl, ref, tolerance=tolerance, warmup_ms=ctx.warmup_ms,
                              rep_ms=ctx.rep_ms, time_it=ctx.time_it)
     except torch.cuda.OutOfMemoryError as e:
         return _row(cell, "skipped", f"out of memory: {e}")

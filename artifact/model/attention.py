@@ -65,10 +65,26 @@ def select_prompt_attention(device, dtype, head_dim: int, preferred: str = "auto
     return "math"
 
 
-def shared_prefix_attention(impl: str, q, k_prompt, v_prompt, k_own, v_own, scale: float) -> torch.Tensor:
+def merge_own_kv(o_p, lse_p, qg, k_own, v_own, scale: float):
+    """Fold each beam's own decode KV into the prompt part: exact softmax over both via log-sum-exp.
+
+    o_p [R, W, Hkv, G, D] (prompt part, normalised), lse_p [R, W, Hkv, G], qg [R, W, Hkv, G, D],
+    k_own / v_own [R, W, n, Hkv, D]. Returns [R, W, Hkv, G, D] fp32.
+    """
+    s = torch.einsum("rwhgd,rwjhd->rwhgj", qg.float(), k_own.float()) * scale
+    m = torch.maximum(lse_p, s.amax(-1))
+    w_p = torch.exp(lse_p - m)
+    w_s = torch.exp(s - m[..., None])
+    num = w_p[..., None] * o_p.float() + torch.einsum("rwhgj,rwjhd->rwhgd", w_s, v_own.float())
+    return num / (w_p + w_s.sum(-1))[..., None]
+
+
+def shared_prefix_attention(impl: str, q, k_prompt, v_prompt, k_own, v_own, scale: float,
+                            merge=merge_own_kv) -> torch.Tensor:
     """Softmax attention of each beam over [prompt KV of its request ; its own decode KV].
 
     q [R, W, nq, D]; k_prompt/v_prompt [R, Hkv, L, D]; k_own/v_own [R, W, n, Hkv, D]. Returns [R, W, nq, D].
+    `merge` is merge_own_kv or a compiled copy of it.
     """
     R, W, nq, D = q.shape
     hkv = k_prompt.shape[1]
@@ -76,12 +92,6 @@ def shared_prefix_attention(impl: str, q, k_prompt, v_prompt, k_own, v_own, scal
     qg = q.view(R, W, hkv, G, D)
     qp = qg.permute(0, 2, 1, 3, 4).reshape(R, hkv, W * G, D)
     o_p, lse_p = prompt_attention(impl, qp, k_prompt, v_prompt, scale)
-    o_p = o_p.reshape(R, hkv, W, G, D).permute(0, 2, 1, 3, 4).float()     # [R, W, Hkv, G, D]
+    o_p = o_p.reshape(R, hkv, W, G, D).permute(0, 2, 1, 3, 4)            # [R, W, Hkv, G, D]
     lse_p = lse_p.reshape(R, hkv, W, G).permute(0, 2, 1, 3).float()       # [R, W, Hkv, G]
-    s = torch.einsum("rwhgd,rwjhd->rwhgj", qg.float(), k_own.float()) * scale
-    m = torch.maximum(lse_p, s.amax(-1))
-    w_p = torch.exp(lse_p - m)
-    w_s = torch.exp(s - m[..., None])
-    num = w_p[..., None] * o_p + torch.einsum("rwhgj,rwjhd->rwhgd", w_s, v_own.float())
-    out = num / (w_p + w_s.sum(-1))[..., None]
-    return out.reshape(R, W, nq, D).to(q.dtype)
+    return merge(o_p, lse_p, qg, k_own, v_own, scale).reshape(R, W, nq, D).to(q.dtype)

@@ -1,9 +1,10 @@
 """Large-beam search as GR runs it (paper §2.1): per request, the global top-W over W x vocab accumulated
 log-probs; the survivors' parents and tokens feed the next decode call.
 
-Beams are kept sorted by score (beam 0 is the best). Ties are broken the way `torch.topk` breaks them, so two
-paths give identical beams only when their scores are identical or their order is unambiguous; at fp32 the
-decodes of this package agree bit-for-bit up to float rounding, which the tests check.
+Beams are kept sorted by score (beam 0 is the best); ties go the way `torch.topk` breaks them. Two paths
+therefore pick the same beams when their logits agree closely enough that no candidate pair swaps order --
+true at fp32 for FullState vs projection replay (tested); at bf16 a near-tie may swap, so bf16 comparisons make
+one decode follow the other's beams (`BeamDecoder.run(forced=...)`) and compare logits.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The decode forward's non-recurrent work as five pure functions, so that one switch can fuse them.
+"""The decode forward's non-recurrent work as six pure functions, so that one switch can fuse them.
 
 Between GEMMs a decode layer is a chain of small element-wise ops (norms, conv taps, gates, rotary, SwiGLU);
 run eagerly each is a kernel and a round trip through HBM. Serving frameworks fuse them (vLLM compiles the
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from artifact.model.attention import merge_own_kv
 from artifact.model.layers import apply_rotary, causal_conv_step, gated_rms_norm, gdn_gates, rms_norm, swiglu
 
 
@@ -44,11 +45,12 @@ def attn_post(o, gate, x, o_w, ln2, gate_up, down, eps: float):
     return x + swiglu(rms_norm(x, ln2, eps), gate_up, down)
 
 
-FUNCTIONS = ("norm_proj", "conv_gates", "gdn_post", "attn_pre", "attn_post")
+FUNCTIONS = {f.__name__: f for f in (norm_proj, conv_gates, gdn_post, attn_pre, attn_post, merge_own_kv)}
 
 
 class DecodeOps:
-    """The five functions, eager or torch.compile'd (fullgraph, static shapes)."""
+    """The six functions (merge_own_kv: the attention's own-KV part, artifact.model.attention), eager or
+    torch.compile'd (fullgraph, static shapes)."""
 
     def __init__(self, compile: bool = False):
         self.compiled = bool(compile)
@@ -58,8 +60,7 @@ class DecodeOps:
             for key in ("cache_size_limit", "recompile_limit"):
                 if hasattr(torch._dynamo.config, key):
                     setattr(torch._dynamo.config, key, max(64, getattr(torch._dynamo.config, key)))
-        for name in FUNCTIONS:
-            fn = globals()[name]
+        for name, fn in FUNCTIONS.items():
             setattr(self, name, torch.compile(fn, fullgraph=True, dynamic=False) if compile else fn)
 
     @property

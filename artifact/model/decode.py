@@ -152,7 +152,7 @@ class BeamDecoder:
         q, k = ops.attn_pre(q, k, layer["q_norm"], layer["k_norm"], self.cos[t], self.sin[t], cfg.rms_norm_eps)
         k_own, v_own = self.kv[i].step(t, k, v)
         o = shared_prefix_attention(self.attn_impl, q, self.prompt["k_prompt"][i], self.prompt["v_prompt"][i],
-                                    k_own, v_own, cfg.head_dim ** -0.5)
+                                    k_own, v_own, cfg.head_dim ** -0.5, merge=ops.merge_own_kv)
         return ops.attn_post(o, gate, x, layer["o_proj"], layer["ln2"], layer["gate_up"], layer["down"],
                              cfg.rms_norm_eps)
 
