@@ -17,9 +17,15 @@ ensure_env() {
     python3 -m venv "$VENV"
   fi
   PY="$VENV/bin/python"
-  if ! "$PY" -c "import artifact, torch, triton, hydra, pytest, hypothesis" >/dev/null 2>&1; then
+  if ! "$PY" -c "import artifact, torch, triton, hydra, pytest, hypothesis, hydra_plugins.hydra_joblib_launcher" \
+      >/dev/null 2>&1; then
     echo "[run_all] installing the project and its test dependencies into $VENV"
     "$PY" -m pip install -q --upgrade pip >/dev/null
+    if ! command -v nvidia-smi >/dev/null 2>&1 && ! "$PY" -c "import torch" >/dev/null 2>&1; then
+      # CPU host: the versions CI is known to pass with (Triton's interpreter differs between releases;
+      # the GPU host has Triton 3.6 too). torch 2.13.0 is a CPU build where the pip cap points to one.
+      "$PY" -m pip install -q "torch==2.13.0" "triton==3.6.0" || "$PY" -m pip install -q torch "triton==3.6.0"
+    fi
     "$PY" -m pip install -q -e ".[test]"
   fi
 }

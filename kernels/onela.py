@@ -38,7 +38,7 @@ def _onela_step_kernel(
     alpha_ptr, delta_ptr, khat_ptr, out_ptr,
     R, W, HV, HK, T_CAP,
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
-    K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr,
+    K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
 ):
     pid_b = tl.program_id(0)
@@ -54,49 +54,30 @@ def _onela_step_kernel(
     offs_k = tl.arange(0, K)
     rw = r * W + offs_b                                   # flat (request, beam) row, [BB]
 
-    # 1. ancestry and every replayed record first, all loads independent of each other and issued before any
-    # store: h_t(b, j) = h_{t-1}(pi_t(b), j) for j < t-1, h_t(b, t-1) = pi_t(b)  (§3.3)
-    if STEP > 0:
-        par = tl.load(par_ptr + rw, mask=mask_b, other=0)
-        offs_j = tl.arange(0, TP)
-        slots = tl.load(anc_prev_ptr + (r * W + par)[None, :] * T_CAP + offs_j[:, None],
-                        mask=(offs_j[:, None] < STEP - 1) & mask_b[None, :], other=0)
-        slots = tl.where(offs_j[:, None] == STEP - 1, par[None, :], slots)           # [TP, BB]
-        valid = (offs_j[:, None] < STEP) & mask_b[None, :]
-        rec = (offs_j[:, None] * R + r) * W + slots                                    # record row (j, r, slot)
-        a_all = tl.load(alpha_ptr + rec * HV + hv, mask=valid, other=1.0)              # [TP, BB]
-        k_all = tl.load(khat_ptr + (rec * HK + hk).to(tl.int64)[:, :, None] * K + offs_k[None, None, :],
-                        mask=valid[:, :, None], other=0.0)                             # [TP, BB, K]
-        d_all = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, :, None] * V + offs_v[None, None, :],
-                        mask=valid[:, :, None], other=0.0)                             # [TP, BB, BV]
-
-    # 2. this step's inputs. l2norm is a per-row scale, so it is applied to the projections through the inverse
-    # norms (eps inside the sqrt, as use_qk_l2norm_in_kernel does)
+    # raw q, k (normalised below through their inverse norms: l2norm is a per-row scale, so it commutes
+    # with the projections; eps inside the sqrt, as use_qk_l2norm_in_kernel does)
     qk_off = r * sq_r + offs_b[:, None] * sq_w + hk * sq_h + offs_k[None, :]
     q_in = tl.load(q_ptr + qk_off, mask=mask_b[:, None], other=0.0)
     k_in = tl.load(k_ptr + qk_off, mask=mask_b[:, None], other=0.0)
-    gb_off = rw * HV + hv
-    alpha = tl.exp(tl.load(g_ptr + gb_off, mask=mask_b, other=0.0))
-    beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
-    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
-                mask=mask_b[:, None], other=0.0).to(tl.float32)
-    s_off = (r * HV + hv).to(tl.int64) * (V * K) + offs_v[:, None] * K + offs_k[None, :]
-    s_tile = tl.load(s_ptr + s_off)                                                    # [BV, K] fp32
     qf = q_in.to(tl.float32)
     kf = k_in.to(tl.float32)
     inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)      # q-hat = q * inv_q
     inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)                    # k-hat = k * inv_k
 
-    # 3. shared-context projections on the tensor cores: one S_ctx tile serves all BB beams. S is split into
+    # shared-context projections on the tensor cores: one S_ctx tile serves all BB beams. S is split into
     # bf16 hi + lo (16 significant bits); bf16 q, k are exact in bf16, so two bf16 products give u = S q to
     # about fp32 accuracy at the bf16 rate (tf32 would round S to 11 bits).
+    s_off = (r * HV + hv).to(tl.int64) * (V * K) + offs_v[:, None] * K + offs_k[None, :]
+    s_tile = tl.load(s_ptr + s_off)                                         # [BV, K] fp32
     s_hi = s_tile.to(tl.bfloat16)
     s_lo = (s_tile - s_hi.to(tl.float32)).to(tl.bfloat16)
     s_hi_t = tl.trans(s_hi)
     s_lo_t = tl.trans(s_lo)
     if QK_BF16:
-        u_q = _mm(q_in, s_hi_t, UPCAST) + _mm(q_in, s_lo_t, UPCAST)
-        u_k = _mm(k_in, s_hi_t, UPCAST) + _mm(k_in, s_lo_t, UPCAST)
+        qb = q_in
+        kb = k_in
+        u_q = _mm(qb, s_hi_t, UPCAST) + _mm(qb, s_lo_t, UPCAST)
+        u_k = _mm(kb, s_hi_t, UPCAST) + _mm(kb, s_lo_t, UPCAST)
     else:   # other input dtypes: split q, k too (three products each)
         qb = qf.to(tl.bfloat16)
         kb = kf.to(tl.bfloat16)
@@ -107,27 +88,41 @@ def _onela_step_kernel(
     u_q = u_q * inv_q[:, None]
     u_k = u_k * inv_k[:, None]
 
-    # 4. projection replay (§3.2) in closed form: u <- a_j u + delta_j (k_j . x) for j = 0..t-1 unrolls to
-    # u = (prod_j a_j) u + sum_j (prod_{i>j} a_i) (k_j . x) delta_j, so every record is used independently
-    # (suffix products in log space: no division by a tiny alpha)
+    # ancestry of this step: h_t(b, j) = h_{t-1}(pi_t(b), j) for j < t-1, h_t(b, t-1) = pi_t(b)
     if STEP > 0:
-        kq = tl.sum(k_all.to(tl.float32) * qf[None, :, :], axis=2) * inv_q[None, :]    # [TP, BB]
-        kk = tl.sum(k_all.to(tl.float32) * kf[None, :, :], axis=2) * inv_k[None, :]
-        la = tl.log(a_all)
-        after = tl.exp(tl.cumsum(la, axis=0, reverse=True) - la)                        # prod_{i>j} a_i
-        total = tl.exp(tl.sum(la, axis=0))                                               # prod_j a_j
-        dall = d_all.to(tl.float32)
-        u_q = total[:, None] * u_q + tl.sum((kq * after)[:, :, None] * dall, axis=0)
-        u_k = total[:, None] * u_k + tl.sum((kk * after)[:, :, None] * dall, axis=0)
+        par = tl.load(par_ptr + rw, mask=mask_b, other=0)
+        writer = (pid_v == 0) & (hv == 0)
+        for j in tl.static_range(STEP):
+            if j == STEP - 1:
+                slot = par
+            else:
+                slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
+            if writer:
+                tl.store(anc_next_ptr + rw * T_CAP + j, slot, mask=mask_b)
+            rec = (j * R + r) * W + slot                                    # record (step j, request r, slot)
+            a_j = tl.load(alpha_ptr + rec * HV + hv, mask=mask_b, other=1.0)
+            k_j = tl.load(khat_ptr + (rec * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
+                          mask=mask_b[:, None], other=0.0).to(tl.float32)
+            d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+                          mask=mask_b[:, None], other=0.0).to(tl.float32)
+            kq = tl.sum(k_j * qf, axis=1) * inv_q
+            kk = tl.sum(k_j * kf, axis=1) * inv_k
+            u_q = a_j[:, None] * u_q + d_j * kq[:, None]
+            u_k = a_j[:, None] * u_k + d_j * kk[:, None]
 
-    # 5. this step's transition and output
+    # this step's transition and output
+    gb_off = rw * HV + hv
+    alpha = tl.exp(tl.load(g_ptr + gb_off, mask=mask_b, other=0.0))
+    beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
+    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
+                mask=mask_b[:, None], other=0.0).to(tl.float32)
     delta = beta[:, None] * (v - alpha[:, None] * u_k)
     kq_t = tl.sum(kf * qf, axis=1) * inv_q * inv_k
     o = alpha[:, None] * u_q + delta * kq_t[:, None]
-    tl.store(out_ptr + gb_off.to(tl.int64)[:, None] * V + offs_v[None, :], o.to(out_ptr.dtype.element_ty),
-             mask=mask_b[:, None])
+    row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
+    tl.store(out_ptr + row_v, o.to(out_ptr.dtype.element_ty), mask=mask_b[:, None])
 
-    # 6. append the new GTR at step STEP (written once, never moved) and this step's ancestry rows
+    # append the new GTR at step STEP (written once, never moved)
     rec_t = (STEP * R + r) * W + offs_b
     tl.store(delta_ptr + (rec_t * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
              delta.to(delta_ptr.dtype.element_ty), mask=mask_b[:, None])
@@ -136,9 +131,6 @@ def _onela_step_kernel(
         if hv % G == 0:
             tl.store(khat_ptr + (rec_t * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
                      (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=mask_b[:, None])
-        if STEP > 0:
-            if hv == 0:
-                tl.store(anc_next_ptr + rw[None, :] * T_CAP + offs_j[:, None], slots, mask=valid)
 
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -149,13 +141,9 @@ def _pow2(x: int) -> bool:
 
 
 def launch_config(K: int, V: int, W: int, step: int) -> dict:
-    """Tile sizes and warps (kernels/NOTES.md). The replayed records of a program live in registers
-    (TP x BB x (K + BV) bf16), so BB shrinks as the step deepens; BV covers V = 128 in one tile."""
-    tp = triton.next_power_of_2(max(step, 1))
-    bv = min(V, 128 if K <= 128 else 64)
-    fit = (64 * 1024) // (tp * (K + bv) * 2) if step else 64     # beams whose records fit in 64 KiB
-    bb = 64 if fit >= 64 else 32 if fit >= 32 else 16
-    bb = min(bb, max(16, triton.next_power_of_2(W)))
+    """Tile sizes and warps; chosen from the H200 tuning sweep in kernels/NOTES.md."""
+    bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
+    bv = min(V, 64 if K <= 128 else 32)
     return {"BB": bb, "BV": bv, "num_warps": 4, "num_stages": 1}
 
 
@@ -194,7 +182,7 @@ class OneLAStepper(Stepper):
             self.store.alpha, self.store.delta, self.store.khat, out,
             R, W, geo.hv, geo.hk, self.T,
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
-            K=geo.k, V=geo.v, G=geo.group, STEP=t, TP=triton.next_power_of_2(max(t, 1)), BB=cfg["BB"], BV=cfg["BV"],
+            K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"],
             QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
         return out
