@@ -14,7 +14,7 @@ import triton
 import triton.language as tl
 
 from artifact.paths import Stepper, StepperPath
-from kernels.onela import _check_step_inputs, onela_supports
+from kernels.onela import check_reset, check_step, onela_supports
 
 
 @triton.jit
@@ -74,20 +74,11 @@ class ControlledFullStateStepper(Stepper):
         self.block_v = block_v or fullstate_block_v(geometry.k, geometry.v)
 
     def reset(self, s_ctx, tail=None):
-        geo = self.geometry
-        if tail is not None:
-            raise ValueError("controlled_fullstate starts from the full post-prefill state; no prompt tail")
-        if tuple(s_ctx.shape) != (self.R, geo.hv, geo.v, geo.k) or s_ctx.dtype != torch.float32 \
-                or not s_ctx.is_contiguous():
-            raise ValueError(f"s_ctx must be contiguous fp32 {(self.R, geo.hv, geo.v, geo.k)}, got "
-                             f"{s_ctx.dtype} {tuple(s_ctx.shape)}")
-        self.s_ctx = s_ctx
+        self.s_ctx = check_reset(self, s_ctx, tail)
 
     def step(self, t, q, k, v, g, beta, parents, out):
         geo, R, W = self.geometry, self.R, self.W
-        if not 0 <= t < self.T:
-            raise ValueError(f"step t={t} out of range 0..{self.T - 1}")
-        _check_step_inputs(geo, R, W, q, k, v, g, beta, parents, out)
+        check_step(self, t, q, k, v, g, beta, parents, out)
         src = self.s_ctx if t == 0 else self.pools[(t - 1) % len(self.pools)]
         dst = self.pools[t % len(self.pools)]
         grid = (geo.v // self.block_v, R * W, geo.hv)

@@ -160,21 +160,11 @@ class OneLAStepper(Stepper):
         self.config = config
 
     def reset(self, s_ctx, tail=None):
-        geo = self.geometry
-        if tail is not None:
-            raise ValueError("onela starts from the full post-prefill state; a prompt tail is ReplaySSM-only")
-        if tuple(s_ctx.shape) != (self.R, geo.hv, geo.v, geo.k) or s_ctx.dtype != torch.float32:
-            raise ValueError(f"s_ctx must be fp32 {(self.R, geo.hv, geo.v, geo.k)}, got {s_ctx.dtype} "
-                             f"{tuple(s_ctx.shape)}")
-        if not s_ctx.is_contiguous():
-            raise ValueError("s_ctx must be contiguous")
-        self.s_ctx = s_ctx
+        self.s_ctx = check_reset(self, s_ctx, tail)
 
     def step(self, t, q, k, v, g, beta, parents, out):
         geo, R, W = self.geometry, self.R, self.W
-        if not 0 <= t < self.T:
-            raise ValueError(f"step t={t} out of range 0..{self.T - 1}")
-        _check_step_inputs(geo, R, W, q, k, v, g, beta, parents, out)
+        check_step(self, t, q, k, v, g, beta, parents, out)
         cfg = self.config or launch_config(geo.k, geo.v, W, t)
         grid = (triton.cdiv(W, cfg["BB"]), geo.v // cfg["BV"], R * geo.hv)
         _onela_step_kernel[grid](
@@ -197,8 +187,23 @@ class OneLAStepper(Stepper):
         return self.store.nbytes
 
 
-def _check_step_inputs(geo, R, W, q, k, v, g, beta, parents, out):
+def check_reset(st: Stepper, s_ctx, tail):
+    """Our kernels start from the full post-prefill state: contiguous fp32 [R, HV, V, K], no prompt tail."""
+    geo = st.geometry
+    if tail is not None:
+        raise ValueError("our kernels start from the full post-prefill state; a prompt tail is ReplaySSM-only")
+    if tuple(s_ctx.shape) != (st.R, geo.hv, geo.v, geo.k) or s_ctx.dtype != torch.float32 \
+            or not s_ctx.is_contiguous():
+        raise ValueError(f"s_ctx must be contiguous fp32 {(st.R, geo.hv, geo.v, geo.k)}, got {s_ctx.dtype} "
+                         f"{tuple(s_ctx.shape)}")
+    return s_ctx
+
+
+def check_step(st: Stepper, t, q, k, v, g, beta, parents, out):
     """Reject bad input before launch (a kernel would read out of bounds instead of failing)."""
+    geo, R, W = st.geometry, st.R, st.W
+    if not 0 <= t < st.T:
+        raise ValueError(f"step t={t} out of range 0..{st.T - 1}")
     want = {"q": (q, (R, W, geo.hk, geo.k)), "k": (k, (R, W, geo.hk, geo.k)), "v": (v, (R, W, geo.hv, geo.v)),
             "g": (g, (R, W, geo.hv)), "beta": (beta, (R, W, geo.hv)), "parents": (parents, (R, W)),
             "out": (out, (R, W, geo.hv, geo.v))}
