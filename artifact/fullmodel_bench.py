@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import gc
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +29,7 @@ from typing import Iterator
 
 import torch
 
+from artifact.measure import cuda_context_alive, free_device_memory
 from artifact.model.check import poison, stepper_max_abs_err
 from artifact.model.config import get_model_config
 from artifact.model.decode import BeamDecoder
@@ -94,20 +94,6 @@ def _row(cell: dict, status: str, reason: str = "", **measured) -> dict:
     return {**cell, "status": status, "reason": reason[:400], **measured}
 
 
-def _free(device) -> None:
-    gc.collect()
-    if torch.device(device).type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def _context_alive(device) -> bool:
-    if torch.device(device).type != "cuda":
-        return True
-    try:
-        torch.cuda.synchronize(device)
-        return True
-    except Exception:  # noqa: BLE001 - any error here means the context is gone
-        return False
 
 
 class _Inputs:
@@ -127,7 +113,7 @@ class _Inputs:
         if key not in self.models:
             self.models.clear()
             self.prompts.clear()
-            _free(self.device)
+            free_device_memory(self.device)
             if s.checkpoint:
                 m = HybridModel.from_hf(s.checkpoint, get_dtype(s.dtype), self.device)
             else:
@@ -168,8 +154,8 @@ def iter_cells(cfg, cells: list[dict], ctx) -> Iterator[tuple[dict, dict | None]
         ctx.started(cell)
         side = []
         row = _run_cell(cell, settings, inputs, ctx, side)
-        lost = row["status"] == "failed" and not _context_alive(ctx.device)
-        _free(ctx.device)
+        lost = row["status"] == "failed" and not cuda_context_alive(ctx.device)
+        free_device_memory(ctx.device)
         yield row, (side[0] if side else None)
         if lost:
             raise RuntimeError(f"CUDA context unusable after {cell['path']} failed ({row['reason'][:200]}); "

@@ -108,6 +108,25 @@ def check_and_time(path, wl: Workload, ref: torch.Tensor, tolerance: float = DEF
     return res
 
 
+def free_device_memory(device) -> None:
+    """Drop what Python still holds and return cached blocks, between cells of a sweep."""
+    import gc
+    gc.collect()
+    if torch.device(device).type == "cuda":
+        torch.cuda.empty_cache()
+
+
+def cuda_context_alive(device) -> bool:
+    """False once a kernel fault has made the CUDA context unusable (the sweep must stop, then resume)."""
+    if torch.device(device).type != "cuda":
+        return True
+    try:
+        torch.cuda.synchronize(device)
+        return True
+    except Exception:  # noqa: BLE001 - any error here means the context is gone
+        return False
+
+
 # ---- floors (DESIGN §4): compulsory bytes / measured copy bandwidth, FLOPs / measured matrix rate ----
 
 def measure_ceilings(nbytes: int = 2 << 30, n: int = 8192) -> dict:

@@ -50,10 +50,6 @@ def grid_reason(n_programs: int, what: str) -> str | None:
     return None
 
 
-def state_bytes(geometry) -> int:
-    return geometry.hv * geometry.v * geometry.k * 4
-
-
 def token_input_bytes(geometry, elem: int = 2) -> int:
     """q, k, v of one token (input dtype) plus its fp32 g and beta, all heads."""
     g = geometry
@@ -70,7 +66,7 @@ def fullstate_cost(wl, extra_state_copies: int = 0) -> dict:
     """FullState: every beam reads its parent's state and writes its own each step; `extra_state_copies`
     counts full-state gathers per beam per step (read + write) that a path pays on top."""
     geo, N = wl.geometry, wl.R * wl.W
-    sb, elem = state_bytes(geo), wl.q.element_size()
+    sb, elem = geo.state_bytes, wl.q.element_size()
     per_step = N * (2 * sb * (1 + extra_state_copies) + token_input_bytes(geo, elem) + geo.hv * geo.v * elem)
     return {"compulsory_bytes": wl.T * per_step + 2 * wl.R * sb, "flops": wl.T * N * token_flops(geo),
             "rate": "fp32_flop_per_s"}
@@ -80,7 +76,7 @@ def replay_cost(wl, tail_len: int = 0) -> dict:
     """ReplaySSM: at step t every beam loads the checkpoint and replays tail_len + t + 1 tokens, whose inputs
     it first gathers along its ancestry (t tokens read + written)."""
     geo, N = wl.geometry, wl.R * wl.W
-    sb, elem = state_bytes(geo), wl.q.element_size()
+    sb, elem = geo.state_bytes, wl.q.element_size()
     tok = token_input_bytes(geo, elem)
     nbytes = flops = 0
     for t in range(wl.T):

@@ -142,7 +142,7 @@ class FlashInferFullStateStepper(Stepper):
         return self.pool.numel() * self.pool.element_size()
 
     def written_bytes(self):
-        one = _common.state_bytes(self.geometry)
+        one = self.geometry.state_bytes
         return self.R * one + self.T * self.R * self.W * one
 
 
@@ -153,7 +153,7 @@ class FlashInferFullStatePath(StepperPath):
     def supports(self, geometry, shape, device):
         n = shape.R * shape.W
         return (flashinfer_reason(geometry, device)
-                or _common.memory_reason((shape.R + 2 * n) * _common.state_bytes(geometry), device,
+                or _common.memory_reason((shape.R + 2 * n) * geometry.state_bytes, device,
                                          "the two-pool FullState state pool"))
 
     def cost(self, wl):

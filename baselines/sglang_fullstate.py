@@ -104,7 +104,7 @@ class SglangFullStateStepper(Stepper):
         return self.pools.numel() * self.pools.element_size()
 
     def written_bytes(self):
-        return 2 * self.T * self.N * _common.state_bytes(self.geometry)   # gather + kernel, per step
+        return 2 * self.T * self.N * self.geometry.state_bytes   # gather + kernel, per step
 
 
 class SglangFullStatePath(StepperPath):
@@ -115,7 +115,7 @@ class SglangFullStatePath(StepperPath):
         n = shape.R * shape.W
         return (sglang_reason(device)
                 or _common.grid_reason(n * geometry.hv, "R*W*HV (grid y of the packed decode kernel)")
-                or _common.memory_reason(2 * n * _common.state_bytes(geometry), device,
+                or _common.memory_reason(2 * n * geometry.state_bytes, device,
                                          "the two FullState pools"))
 
     def cost(self, wl):

@@ -131,8 +131,8 @@ class SglangReplaySSMStepper(Stepper):
         geo, N, T = self.geometry, self.N, self.T
         record = 4 * (geo.hv * geo.v + geo.hk * geo.k + geo.hv)          # one fp32 (d, k, g) ring entry
         gathered = sum(range(T)) * record                                # positions < t at step t
-        flush = _common.state_bytes(geo) if T == self.L else 0          # step L-1 flushes the checkpoint
-        return N * (_common.state_bytes(geo) + T * record + gathered + flush)
+        flush = geo.state_bytes if T == self.L else 0          # step L-1 flushes the checkpoint
+        return N * (geo.state_bytes + T * record + gathered + flush)
 
 
 class SglangReplaySSMPath(StepperPath):
@@ -151,7 +151,7 @@ class SglangReplaySSMPath(StepperPath):
             return f"T={shape.T} > ring length L={CACHE_LEN}: a mid-decode flush would need checkpoint gathers"
         n = shape.R * shape.W
         g = geometry
-        per_slot = _common.state_bytes(g) + 2 * 4 * CACHE_LEN * (g.hv * g.v + g.hk * g.k + g.hv)
+        per_slot = g.state_bytes + 2 * 4 * CACHE_LEN * (g.hv * g.v + g.hk * g.k + g.hv)
         return (_common.grid_reason(n, "R*W (grid y of the ReplaySSM decode kernel)")
                 or _common.memory_reason(n * per_slot, device, "one checkpoint slot and two rings per beam"))
 
@@ -159,7 +159,7 @@ class SglangReplaySSMPath(StepperPath):
         """Each step every beam reads its slot's checkpoint and t ring records, writes one record; the rings
         of steps >= 1 are gathered along the parents (t records read + written)."""
         geo, N = wl.geometry, wl.R * wl.W
-        sb, elem = _common.state_bytes(geo), wl.q.element_size()
+        sb, elem = geo.state_bytes, wl.q.element_size()
         record = 4 * (geo.hv * geo.v + geo.hk * geo.k + geo.hv)
         tok = _common.token_input_bytes(geo, elem)
         nbytes = wl.R * sb + N * sb                       # checkpoint loaded into every beam's slot

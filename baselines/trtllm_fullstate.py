@@ -178,7 +178,7 @@ class TrtllmFullStateStepper(Stepper):
         return self.pools.numel() * self.pools.element_size() + extra
 
     def written_bytes(self):
-        one = _common.state_bytes(self.geometry)
+        one = self.geometry.state_bytes
         extra = 0 if self.ctx_kv is None else self.R * one
         return 2 * self.T * self.N * one + extra        # gather + kernel, per step
 
@@ -190,7 +190,7 @@ class TrtllmFullStatePath(StepperPath):
     def supports(self, geometry, shape, device):
         n = shape.R * shape.W
         return (trtllm_reason(geometry, shape, device)
-                or _common.memory_reason((2 * n + shape.R) * _common.state_bytes(geometry), device,
+                or _common.memory_reason((2 * n + shape.R) * geometry.state_bytes, device,
                                          "the two FullState pools"))
 
     def cost(self, wl):

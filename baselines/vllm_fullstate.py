@@ -102,7 +102,7 @@ class VllmFullStateStepper(Stepper):
         return self.pool.numel() * self.pool.element_size()
 
     def written_bytes(self):
-        one = _common.state_bytes(self.geometry)
+        one = self.geometry.state_bytes
         return self.R * one + self.T * self.R * self.W * one
 
 
@@ -114,7 +114,7 @@ class VllmFullStatePath(StepperPath):
         n = shape.R * shape.W
         return (vllm_reason(geometry, shape, device)
                 or _common.grid_reason(n * geometry.hv, "R*W*HV sequence-heads of fused_recurrent_gated_delta_rule")
-                or _common.memory_reason((1 + shape.R + 2 * n) * _common.state_bytes(geometry), device,
+                or _common.memory_reason((1 + shape.R + 2 * n) * geometry.state_bytes, device,
                                          "the two-pool FullState state pool"))
 
     def cost(self, wl):

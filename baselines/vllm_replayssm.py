@@ -188,7 +188,7 @@ class VllmReplaySSMStepper(Stepper):
     def persistent_bytes(self):
         """Checkpoint (one state per request) + token store + sequence tables: what lives across steps."""
         tensors = (self.x, self.a, self.b, self.seq)
-        return self.R * _common.state_bytes(self.geometry) + sum(x.numel() * x.element_size() for x in tensors)
+        return self.R * self.geometry.state_bytes + sum(x.numel() * x.element_size() for x in tensors)
 
     def workspace_bytes(self):
         """The per-step initial-state rows (one checkpoint copy per beam), rewritten every step."""
@@ -197,7 +197,7 @@ class VllmReplaySSMStepper(Stepper):
     def written_bytes(self):
         """Per step: N checkpoint copies into the initial-state rows plus N appended token rows; the tail once."""
         row = self.x.element_size() * self.qkv_dim + 8 * self.geometry.hv
-        return (self.T * self.N * (_common.state_bytes(self.geometry) + row)
+        return (self.T * self.N * (self.geometry.state_bytes + row)
                 + self.R * self.replay_tail_len * row)
 
 
@@ -225,7 +225,7 @@ class VllmReplaySSMPath(StepperPath):
                 + n_chunks * g.hv * g.v * g.k * 2 + tokens * g.hv * g.v * 4)          # per-chunk states, v_new, o
         return (_common.grid_reason(n * g.hv, "R*W*HV sequence-heads (grid y of chunk_gated_delta_rule_fwd_h)")
                 or _common.grid_reason(n_chunks, "R*W*ceil((L_tail+T)/64) chunks (grid y of chunk_fwd_o)")
-                or _common.memory_reason(shape.R * _common.state_bytes(g) + n * _common.state_bytes(g) + work,
+                or _common.memory_reason(shape.R * g.state_bytes + n * g.state_bytes + work,
                                          device, "the ReplaySSM replay batch"))
 
     def cost(self, wl):

@@ -12,13 +12,12 @@ leaves the context unusable stops the run instead of failing every later cell; a
 """
 from __future__ import annotations
 
-import gc
 import itertools
 from typing import Iterator
 
 import torch
 
-from artifact.measure import check_and_time, floor_ms
+from artifact.measure import check_and_time, cuda_context_alive, floor_ms, free_device_memory
 from artifact.paths import get_path
 from artifact.reference import fullstate_decode
 from artifact.workload import Geometry, Shape, make_workload
@@ -40,20 +39,6 @@ def _row(cell: dict, status: str, reason: str = "", **measured) -> dict:
     return {**cell, "status": status, "reason": one_line(reason), **measured}
 
 
-def _free(device: torch.device) -> None:
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-def _context_alive(device: torch.device) -> bool:
-    if device.type != "cuda":
-        return True
-    try:
-        torch.cuda.synchronize(device)
-        return True
-    except Exception:  # noqa: BLE001 - any error here means the context is gone
-        return False
 
 
 def _run_shape(cells: list[dict], ctx: RunContext) -> Iterator[dict]:
@@ -81,7 +66,7 @@ def _run_shape(cells: list[dict], ctx: RunContext) -> Iterator[dict]:
                            device=ctx.device, prompt_len=c0["prompt_len"])
         ref = fullstate_decode(wl)
     except torch.cuda.OutOfMemoryError as e:
-        _free(ctx.device)
+        free_device_memory(ctx.device)
         for cell, _ in runnable:
             yield _row(cell, "skipped", f"out of memory building the workload/reference: {e}")
         return
@@ -94,14 +79,14 @@ def _run_shape(cells: list[dict], ctx: RunContext) -> Iterator[dict]:
         ctx.started(cell)
         row = _run_cell(cell, path, wl, ref, ctx)
         del path
-        if row["status"] == "failed" and not _context_alive(ctx.device):
+        if row["status"] == "failed" and not cuda_context_alive(ctx.device):
             yield row
             raise CudaContextLost(f"CUDA context unusable after {cell['path']} failed ({row['reason']}); "
                                   "re-run the same command to continue with the remaining cells")
-        _free(ctx.device)
+        free_device_memory(ctx.device)
         yield row
     del wl, ref
-    _free(ctx.device)
+    free_device_memory(ctx.device)
 
 
 def _run_cell(cell: dict, path, wl, ref, ctx: RunContext) -> dict:

@@ -130,7 +130,7 @@ def test_adapter_registers_and_declares_tail(name):
     c = path.cost(wl)
     assert c["rate"] == "fp32_flop_per_s" and c["flops"] > 0
     # every beam reads at least one checkpoint per step
-    assert c["compulsory_bytes"] > wl.T * wl.R * wl.W * _common.state_bytes(wl.geometry)
+    assert c["compulsory_bytes"] > wl.T * wl.R * wl.W * wl.geometry.state_bytes
 
 
 def test_missing_framework_is_a_reason(tmp_path):
@@ -164,10 +164,10 @@ def test_vllm_sequences_against_kernel_contract(vllm_stand_ins, lineage, geo):
     assert res.status == "ok", res.reason
     st = path.stepper
     # no per-beam state is kept: the only tensor of per-beam states is the per-step initial-state workspace
-    assert res.persistent_bytes == st.persistent_bytes() > wl.R * _common.state_bytes(geo)
+    assert res.persistent_bytes == st.persistent_bytes() > wl.R * geo.state_bytes
     per_beam_states = [n for n, x in vars(st).items() if isinstance(x, torch.Tensor)
-                       and x.numel() * x.element_size() >= wl.R * wl.W * _common.state_bytes(geo)]
-    assert per_beam_states == ["h0"] and st.workspace_bytes() == wl.R * wl.W * _common.state_bytes(geo)
+                       and x.numel() * x.element_size() >= wl.R * wl.W * geo.state_bytes]
+    assert per_beam_states == ["h0"] and st.workspace_bytes() == wl.R * wl.W * geo.state_bytes
     if lineage == "beam":     # a wrong ancestry must be caught
         wl2 = dataclasses.replace(wl.clone(), lineage="reversed")
         wl2.parents.copy_(wl.parents.flip(-1))
@@ -221,7 +221,7 @@ def test_sglang_slots_with_real_kernel_fp32(lineage):
     path = get_path("sglang_replayssm")
     res = check_and_time(path, wl, ref, tolerance=1e-5, time_it=False)
     assert res.status == "ok", res.reason
-    assert res.persistent_bytes >= wl.R * wl.W * _common.state_bytes(geo)    # a checkpoint slot per beam
+    assert res.persistent_bytes >= wl.R * wl.W * geo.state_bytes    # a checkpoint slot per beam
     if lineage == "beam":
         wl2 = dataclasses.replace(wl.clone(), lineage="reversed")
         wl2.parents.copy_(wl.parents.flip(-1))
