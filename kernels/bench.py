@@ -26,6 +26,11 @@ from kernels.onela import OneLAPath, OneLAStepper
 
 MIB = 2 ** 20
 
+try:   # the kernel version before the current one, while its replacement is being measured (kernels/NOTES.md)
+    from kernels._onela_v2_for_bench import OneLAPath as _PREVIOUS
+except ImportError:
+    _PREVIOUS = None
+
 
 class _ConfiguredOneLA(OneLAPath):
     def __init__(self, config=None):
@@ -59,6 +64,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for bench.csv / env.json")
     ap.add_argument("--geometry", default="qwen3_5_0_8b")
     ap.add_argument("--no-fullstate", action="store_true")
+    ap.add_argument("--R", type=int, nargs="+", default=[4, 16])
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("kernels.bench needs a CUDA GPU (CPU timings are not performance)", file=sys.stderr)
@@ -73,16 +79,21 @@ def main(argv=None) -> int:
           f"bf16 {ceilings['bf16_flop_per_s'] / 1e12:.0f} TFLOP/s", flush=True)
 
     rows = []
-    for R, T in itertools.product((4, 16), (2, 6)):
+    for R, T in itertools.product(args.R, (6, 2)):   # T = 6 compiles every STEP once
         wl = make_workload(args.geometry, R, 512, T, lineage="beam", seed=0, device="cuda")
         ref = fullstate_decode(wl)
         variants = [("onela", _ConfiguredOneLA())]
+        if _PREVIOUS is not None:
+            variants.append(("onela_previous", _PREVIOUS()))
         if not args.no_fullstate:
             variants.append(("controlled_fullstate", _ConfiguredFullState()))
-        if args.tune and T == 6:   # T = 6 compiles every STEP variant once; T = 2 reuses them
-            for bb, bv, nw, ns in itertools.product((32, 64), (64, 128), (4, 8), (1,)):
-                cfg = {"BB": bb, "BV": bv, "num_warps": nw, "num_stages": ns}
-                variants.append((f"onela[{bb},{bv},w{nw},s{ns}]", _ConfiguredOneLA(cfg)))
+        if args.tune:
+            for bb, bv, nw in itertools.product((32, 64), (64, 128), (4, 8)):
+                cfg = {"BB": bb, "BV": bv, "num_warps": nw}
+                variants.append((f"onela[{bb},{bv},w{nw}]", _ConfiguredOneLA(cfg)))
+            for bbp, pw in itertools.product((16, 32, 64), (2, 4, 8)):
+                cfg = {"BB_PREP": bbp, "prep_warps": pw}
+                variants.append((f"onela[prep {bbp},w{pw}]", _ConfiguredOneLA(cfg)))
         for name, path in variants:
             try:
                 res = check_and_time(path, wl, ref, DEFAULT_TOLERANCE, warmup_ms=10, rep_ms=50)

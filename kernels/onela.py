@@ -33,104 +33,153 @@ def _mm(a, b, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _onela_step_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, par_ptr, anc_prev_ptr, anc_next_ptr,
-    alpha_ptr, delta_ptr, khat_ptr, out_ptr,
+def _onela_prep_kernel(
+    q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr,
     R, W, HV, HK, T_CAP,
+    sq_r, sq_w, sq_h,
+    K: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
+):
+    """Everything of step STEP that lives on the key axis or is a per-beam scalar, once per key head.
+
+    Writes beam b's ancestry row, k-hat_t (the new GTR's key), alpha_t, and for each value head of the group
+    the coefficients of the closed-form replay (module docstring), so the main kernel needs no K-axis work
+    beyond its two projections and no dependent loads."""
+    pid_b = tl.program_id(0)
+    pid_rh = tl.program_id(1)
+    r = pid_rh // HK
+    hk = pid_rh % HK
+    offs_b = pid_b * BB + tl.arange(0, BB)
+    mask_b = offs_b < W
+    offs_k = tl.arange(0, K)
+    offs_t = tl.arange(0, TP)
+    rw = r * W + offs_b
+
+    qk_off = r * sq_r + offs_b[:, None] * sq_w + hk * sq_h + offs_k[None, :]
+    qf = tl.load(q_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
+    kf = tl.load(k_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
+    inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)      # q-hat = q * inv_q (eps as fla's l2norm)
+    inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)                    # k-hat = k * inv_k
+    kq_t = tl.sum(qf * kf, axis=1) * inv_q * inv_k
+    rec_t = (STEP * R + r) * W + offs_b
+    tl.store(khat_ptr + (rec_t * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
+             (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=mask_b[:, None])
+
+    # ancestry h_t(b, j) = h_{t-1}(parent(b), j) for j < t-1, h_t(b, t-1) = parent(b); then k-hat_j . q-hat
+    # and k-hat_j . k-hat for every ancestral record, kept as [BB, TP] columns
+    slots = tl.zeros([BB, TP], dtype=tl.int32)
+    kqs = tl.zeros([BB, TP], dtype=tl.float32)
+    kks = tl.zeros([BB, TP], dtype=tl.float32)
+    if STEP > 0:
+        par = tl.load(par_ptr + rw, mask=mask_b, other=0)
+        for j in tl.static_range(STEP):
+            if j == STEP - 1:
+                slot = par
+            else:
+                slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
+            slots = tl.where(offs_t[None, :] == j, slot[:, None], slots)
+            rec = (j * R + r) * W + slot
+            k_j = tl.load(khat_ptr + (rec * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
+                          mask=mask_b[:, None], other=0.0).to(tl.float32)
+            kqs = tl.where(offs_t[None, :] == j, (tl.sum(k_j * qf, axis=1) * inv_q)[:, None], kqs)
+            kks = tl.where(offs_t[None, :] == j, (tl.sum(k_j * kf, axis=1) * inv_k)[:, None], kks)
+        if hk == 0:
+            tl.store(anc_next_ptr + rw[:, None] * T_CAP + offs_t[None, :], slots,
+                     mask=mask_b[:, None] & (offs_t[None, :] < STEP))
+
+    # per value head: u_t = alpha_t * (P u0 + sum_j c_j (k_j . x) delta_j), c_j = prod_{i>j} alpha_i, P = c_{-1}.
+    # Coefficient table coef[col, r, hv, b]: 0 = alpha_t P inv_q, 1 = alpha_t P inv_k, 2 = k-hat . q-hat,
+    # 3 + 2j = alpha_t c_j (k_j . q-hat), 4 + 2j = alpha_t c_j (k_j . k-hat).
+    plane = R * HV * W
+    for i in tl.static_range(G):
+        hv = hk * G + i
+        gb_off = rw * HV + hv
+        alpha = tl.exp(tl.load(g_ptr + gb_off, mask=mask_b, other=0.0))
+        tl.store(alpha_ptr + rec_t * HV + hv, alpha, mask=mask_b)
+        c = alpha                                          # alpha_t * prod_{i > j} alpha_i, built from j = t-1 down
+        base = coef_ptr + (r * HV + hv) * W + offs_b
+        for jj in tl.static_range(STEP):
+            j = STEP - 1 - jj
+            slot = tl.sum(tl.where(offs_t[None, :] == j, slots, 0), axis=1)
+            kq = tl.sum(tl.where(offs_t[None, :] == j, kqs, 0.0), axis=1)
+            kk = tl.sum(tl.where(offs_t[None, :] == j, kks, 0.0), axis=1)
+            tl.store(base + (3 + 2 * j) * plane, c * kq, mask=mask_b)
+            tl.store(base + (4 + 2 * j) * plane, c * kk, mask=mask_b)
+            c = c * tl.load(alpha_ptr + ((j * R + r) * W + slot) * HV + hv, mask=mask_b, other=1.0)
+        tl.store(base, c * inv_q, mask=mask_b)
+        tl.store(base + plane, c * inv_k, mask=mask_b)
+        tl.store(base + 2 * plane, kq_t, mask=mask_b)
+
+
+@triton.jit
+def _onela_main_kernel(
+    q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr,
+    R, W, HV, T_CAP,
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    pid_b = tl.program_id(0)
-    pid_v = tl.program_id(1)
+    """The shared-context part: one S_ctx[BV, K] tile, both projections for BB beams on the tensor cores,
+    the replay as a weighted sum of gathered delta rows (independent loads), delta_t and o_t."""
+    pid_v = tl.program_id(0)          # fastest: the V tiles of one beam tile run together and share q, k in L2
+    pid_b = tl.program_id(1)
     pid_rh = tl.program_id(2)
     r = pid_rh // HV
     hv = pid_rh % HV
     hk = hv // G
-
     offs_b = pid_b * BB + tl.arange(0, BB)
     mask_b = offs_b < W
     offs_v = pid_v * BV + tl.arange(0, BV)
     offs_k = tl.arange(0, K)
-    rw = r * W + offs_b                                   # flat (request, beam) row, [BB]
+    rw = r * W + offs_b
 
-    # raw q, k (normalised below through their inverse norms: l2norm is a per-row scale, so it commutes
-    # with the projections; eps inside the sqrt, as use_qk_l2norm_in_kernel does)
     qk_off = r * sq_r + offs_b[:, None] * sq_w + hk * sq_h + offs_k[None, :]
     q_in = tl.load(q_ptr + qk_off, mask=mask_b[:, None], other=0.0)
     k_in = tl.load(k_ptr + qk_off, mask=mask_b[:, None], other=0.0)
-    qf = q_in.to(tl.float32)
-    kf = k_in.to(tl.float32)
-    inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)      # q-hat = q * inv_q
-    inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)                    # k-hat = k * inv_k
-
-    # shared-context projections on the tensor cores: one S_ctx tile serves all BB beams. S is split into
-    # bf16 hi + lo (16 significant bits); bf16 q, k are exact in bf16, so two bf16 products give u = S q to
-    # about fp32 accuracy at the bf16 rate (tf32 would round S to 11 bits).
     s_off = (r * HV + hv).to(tl.int64) * (V * K) + offs_v[:, None] * K + offs_k[None, :]
     s_tile = tl.load(s_ptr + s_off)                                         # [BV, K] fp32
+    # S split into bf16 hi + lo (16 significant bits); bf16 q, k are exact in bf16, so two bf16 products give
+    # S q to about fp32 accuracy at the bf16 rate (tf32 would round S to 11 bits: kernels/NOTES.md)
     s_hi = s_tile.to(tl.bfloat16)
     s_lo = (s_tile - s_hi.to(tl.float32)).to(tl.bfloat16)
     s_hi_t = tl.trans(s_hi)
     s_lo_t = tl.trans(s_lo)
     if QK_BF16:
-        qb = q_in
-        kb = k_in
-        u_q = _mm(qb, s_hi_t, UPCAST) + _mm(qb, s_lo_t, UPCAST)
-        u_k = _mm(kb, s_hi_t, UPCAST) + _mm(kb, s_lo_t, UPCAST)
+        u_q = _mm(q_in, s_hi_t, UPCAST) + _mm(q_in, s_lo_t, UPCAST)
+        u_k = _mm(k_in, s_hi_t, UPCAST) + _mm(k_in, s_lo_t, UPCAST)
     else:   # other input dtypes: split q, k too (three products each)
+        qf = q_in.to(tl.float32)
+        kf = k_in.to(tl.float32)
         qb = qf.to(tl.bfloat16)
         kb = kf.to(tl.bfloat16)
         qr = (qf - qb.to(tl.float32)).to(tl.bfloat16)
         kr = (kf - kb.to(tl.float32)).to(tl.bfloat16)
         u_q = _mm(qb, s_hi_t, UPCAST) + _mm(qb, s_lo_t, UPCAST) + _mm(qr, s_hi_t, UPCAST)
         u_k = _mm(kb, s_hi_t, UPCAST) + _mm(kb, s_lo_t, UPCAST) + _mm(kr, s_hi_t, UPCAST)
-    u_q = u_q * inv_q[:, None]
-    u_k = u_k * inv_k[:, None]
 
-    # ancestry of this step: h_t(b, j) = h_{t-1}(pi_t(b), j) for j < t-1, h_t(b, t-1) = pi_t(b)
-    if STEP > 0:
-        par = tl.load(par_ptr + rw, mask=mask_b, other=0)
-        writer = (pid_v == 0) & (hv == 0)
-        for j in tl.static_range(STEP):
-            if j == STEP - 1:
-                slot = par
-            else:
-                slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
-            if writer:
-                tl.store(anc_next_ptr + rw * T_CAP + j, slot, mask=mask_b)
-            rec = (j * R + r) * W + slot                                    # record (step j, request r, slot)
-            a_j = tl.load(alpha_ptr + rec * HV + hv, mask=mask_b, other=1.0)
-            k_j = tl.load(khat_ptr + (rec * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
-                          mask=mask_b[:, None], other=0.0).to(tl.float32)
-            d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
-                          mask=mask_b[:, None], other=0.0).to(tl.float32)
-            kq = tl.sum(k_j * qf, axis=1) * inv_q
-            kk = tl.sum(k_j * kf, axis=1) * inv_k
-            u_q = a_j[:, None] * u_q + d_j * kq[:, None]
-            u_k = a_j[:, None] * u_k + d_j * kk[:, None]
+    plane = R * HV * W
+    cbase = coef_ptr + (r * HV + hv) * W + offs_b
+    u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
+    u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
+    kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
+    for j in tl.static_range(STEP):
+        slot = tl.load(anc_ptr + rw * T_CAP + j, mask=mask_b, other=0)
+        rec = (j * R + r) * W + slot
+        d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+                      mask=mask_b[:, None], other=0.0).to(tl.float32)
+        u_q += tl.load(cbase + (3 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
+        u_k += tl.load(cbase + (4 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
 
-    # this step's transition and output
     gb_off = rw * HV + hv
-    alpha = tl.exp(tl.load(g_ptr + gb_off, mask=mask_b, other=0.0))
     beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
     v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
                 mask=mask_b[:, None], other=0.0).to(tl.float32)
-    delta = beta[:, None] * (v - alpha[:, None] * u_k)
-    kq_t = tl.sum(kf * qf, axis=1) * inv_q * inv_k
-    o = alpha[:, None] * u_q + delta * kq_t[:, None]
+    delta = beta[:, None] * (v - u_k)
+    o = u_q + delta * kq_t[:, None]
     row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
     tl.store(out_ptr + row_v, o.to(out_ptr.dtype.element_ty), mask=mask_b[:, None])
-
-    # append the new GTR at step STEP (written once, never moved)
-    rec_t = (STEP * R + r) * W + offs_b
+    rec_t = (STEP * R + r) * W + offs_b                                     # the new GTR, written once
     tl.store(delta_ptr + (rec_t * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
              delta.to(delta_ptr.dtype.element_ty), mask=mask_b[:, None])
-    if pid_v == 0:
-        tl.store(alpha_ptr + rec_t * HV + hv, alpha, mask=mask_b)
-        if hv % G == 0:
-            tl.store(khat_ptr + (rec_t * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
-                     (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=mask_b[:, None])
 
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -141,14 +190,15 @@ def _pow2(x: int) -> bool:
 
 
 def launch_config(K: int, V: int, W: int, step: int) -> dict:
-    """Tile sizes and warps; chosen from the H200 tuning sweep in kernels/NOTES.md."""
+    """Tile sizes and warps of both kernels; chosen from the H200 tuning sweep in kernels/NOTES.md."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 64 if K <= 128 else 32)
-    return {"BB": bb, "BV": bv, "num_warps": 4, "num_stages": 1}
+    return {"BB": bb, "BV": bv, "num_warps": 4, "num_stages": 1, "BB_PREP": min(bb, 32), "prep_warps": 4}
 
 
 class OneLAStepper(Stepper):
-    """Shared S_ctx + append-only GtrStore + [R, W, T] ancestry (two ping-pong tables), one launch per step."""
+    """Shared S_ctx + append-only GtrStore + [R, W, T] ancestry (two ping-pong tables); two launches per step
+    (key-axis prep, then the shared-context main kernel) and a small per-step coefficient workspace."""
 
     def __init__(self, geometry, R, W, T, device, config: dict | None = None):
         super().__init__(geometry, R, W, T, device)
@@ -157,6 +207,7 @@ class OneLAStepper(Stepper):
             raise ValueError(reason)
         self.store = GtrStore(geometry, R, W, T, device=device)
         self.anc = torch.zeros(2, R, W, T, dtype=torch.int32, device=device)
+        self.coef = torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
         self.config = config
 
     def reset(self, s_ctx, tail=None):
@@ -165,19 +216,27 @@ class OneLAStepper(Stepper):
     def step(self, t, q, k, v, g, beta, parents, out):
         geo, R, W = self.geometry, self.R, self.W
         check_step(self, t, q, k, v, g, beta, parents, out)
-        cfg = self.config or launch_config(geo.k, geo.v, W, t)
-        grid = (triton.cdiv(W, cfg["BB"]), geo.v // cfg["BV"], R * geo.hv)
-        _onela_step_kernel[grid](
-            q, k, v, g, beta, self.s_ctx, parents, self.anc[(t - 1) % 2], self.anc[t % 2],
-            self.store.alpha, self.store.delta, self.store.khat, out,
-            R, W, geo.hv, geo.hk, self.T,
+        cfg = {**launch_config(geo.k, geo.v, W, t), **(self.config or {})}
+        anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
+        _onela_prep_kernel[(triton.cdiv(W, cfg["BB_PREP"]), R * geo.hk)](
+            q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,
+            R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2),
+            K=geo.k, G=geo.group, STEP=t, TP=max(2, triton.next_power_of_2(t)), BB=cfg["BB_PREP"],
+            num_warps=cfg["prep_warps"],
+        )
+        _onela_main_kernel[(geo.v // cfg["BV"], triton.cdiv(W, cfg["BB"]), R * geo.hv)](
+            q, k, v, beta, self.s_ctx, anc_cur, self.coef, self.store.delta, out,
+            R, W, geo.hv, self.T,
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
             K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"],
-            QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"],
         )
         return out
 
     def persistent_bytes(self):
+        """S_ctx + GTR store + ancestry. The coefficient workspace (3 + 2T fp32 per beam and value head, 1.9
+        MiB at R=4 W=512 O=7) is rewritten every step, scratch rather than recurrent state, and not counted."""
         geo = self.geometry
         return self.R * geo.hv * geo.v * geo.k * 4 + self.store.nbytes + self.anc.numel() * 4
 

@@ -1,0 +1,277 @@
+"""OneLA's fused shared-context decode kernel (paper §3.4) and the `onela` path.
+
+One program owns (request r, value head hv, a BV-row tile of V, a tile of BB beams). It loads the
+S_ctx[r, hv][BV, K] tile once and uses it for every beam of the tile: u_q = Q-hat S^T and u_k = K-hat S^T are
+[BB, K] x [K, BV] tensor-core products (bf16 q, k against S split into bf16 hi + lo: fp32-level accuracy at the
+bf16 rate; kernels/NOTES.md says why not tf32). It then replays each beam's ancestral GTRs, gathered
+through the ancestry index, on those two accumulators (§3.2), forms delta_t and o_t, and appends only the new
+GTR (alpha fp32, delta bf16, k-hat bf16). No per-beam [V, K] state is ever written. The ancestry update of
+the step is fused in: the kernel reads the previous table at row parent(b) and writes beam b's row of the new
+one (ping-pong buffers, so no program reads what another writes in the same launch) -- a gather of indices,
+never of records. L2 normalisation, the K^-1/2 scale and alpha = exp(g) happen in the kernel.
+"""
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from artifact.ancestry import build as build_ancestry
+from artifact.gtr import GtrStore
+from artifact.paths import Stepper, StepperPath
+
+
+@triton.jit
+def _mm(a, b, UPCAST: tl.constexpr):
+    """a @ b with fp32 accumulation; UPCAST (CPU interpreter only, whose bf16 tl.dot is broken in Triton 3.6)
+    multiplies the same bf16 values as exact fp32 -- identical math."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+    return tl.dot(a, b)
+
+
+@triton.jit
+def _onela_step_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, par_ptr, anc_prev_ptr, anc_next_ptr,
+    alpha_ptr, delta_ptr, khat_ptr, out_ptr,
+    R, W, HV, HK, T_CAP,
+    sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
+    K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
+    BB: tl.constexpr, BV: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
+):
+    pid_b = tl.program_id(0)
+    pid_v = tl.program_id(1)
+    pid_rh = tl.program_id(2)
+    r = pid_rh // HV
+    hv = pid_rh % HV
+    hk = hv // G
+
+    offs_b = pid_b * BB + tl.arange(0, BB)
+    mask_b = offs_b < W
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    offs_k = tl.arange(0, K)
+    rw = r * W + offs_b                                   # flat (request, beam) row, [BB]
+
+    # raw q, k (normalised below through their inverse norms: l2norm is a per-row scale, so it commutes
+    # with the projections; eps inside the sqrt, as use_qk_l2norm_in_kernel does)
+    qk_off = r * sq_r + offs_b[:, None] * sq_w + hk * sq_h + offs_k[None, :]
+    q_in = tl.load(q_ptr + qk_off, mask=mask_b[:, None], other=0.0)
+    k_in = tl.load(k_ptr + qk_off, mask=mask_b[:, None], other=0.0)
+    qf = q_in.to(tl.float32)
+    kf = k_in.to(tl.float32)
+    inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)      # q-hat = q * inv_q
+    inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)                    # k-hat = k * inv_k
+
+    # shared-context projections on the tensor cores: one S_ctx tile serves all BB beams. S is split into
+    # bf16 hi + lo (16 significant bits); bf16 q, k are exact in bf16, so two bf16 products give u = S q to
+    # about fp32 accuracy at the bf16 rate (tf32 would round S to 11 bits).
+    s_off = (r * HV + hv).to(tl.int64) * (V * K) + offs_v[:, None] * K + offs_k[None, :]
+    s_tile = tl.load(s_ptr + s_off)                                         # [BV, K] fp32
+    s_hi = s_tile.to(tl.bfloat16)
+    s_lo = (s_tile - s_hi.to(tl.float32)).to(tl.bfloat16)
+    s_hi_t = tl.trans(s_hi)
+    s_lo_t = tl.trans(s_lo)
+    if QK_BF16:
+        qb = q_in
+        kb = k_in
+        u_q = _mm(qb, s_hi_t, UPCAST) + _mm(qb, s_lo_t, UPCAST)
+        u_k = _mm(kb, s_hi_t, UPCAST) + _mm(kb, s_lo_t, UPCAST)
+    else:   # other input dtypes: split q, k too (three products each)
+        qb = qf.to(tl.bfloat16)
+        kb = kf.to(tl.bfloat16)
+        qr = (qf - qb.to(tl.float32)).to(tl.bfloat16)
+        kr = (kf - kb.to(tl.float32)).to(tl.bfloat16)
+        u_q = _mm(qb, s_hi_t, UPCAST) + _mm(qb, s_lo_t, UPCAST) + _mm(qr, s_hi_t, UPCAST)
+        u_k = _mm(kb, s_hi_t, UPCAST) + _mm(kb, s_lo_t, UPCAST) + _mm(kr, s_hi_t, UPCAST)
+    u_q = u_q * inv_q[:, None]
+    u_k = u_k * inv_k[:, None]
+
+    # ancestry of this step: h_t(b, j) = h_{t-1}(pi_t(b), j) for j < t-1, h_t(b, t-1) = pi_t(b)
+    if STEP > 0:
+        par = tl.load(par_ptr + rw, mask=mask_b, other=0)
+        writer = (pid_v == 0) & (hv == 0)
+        for j in tl.static_range(STEP):
+            if j == STEP - 1:
+                slot = par
+            else:
+                slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
+            if writer:
+                tl.store(anc_next_ptr + rw * T_CAP + j, slot, mask=mask_b)
+            rec = (j * R + r) * W + slot                                    # record (step j, request r, slot)
+            a_j = tl.load(alpha_ptr + rec * HV + hv, mask=mask_b, other=1.0)
+            k_j = tl.load(khat_ptr + (rec * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
+                          mask=mask_b[:, None], other=0.0).to(tl.float32)
+            d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+                          mask=mask_b[:, None], other=0.0).to(tl.float32)
+            kq = tl.sum(k_j * qf, axis=1) * inv_q
+            kk = tl.sum(k_j * kf, axis=1) * inv_k
+            u_q = a_j[:, None] * u_q + d_j * kq[:, None]
+            u_k = a_j[:, None] * u_k + d_j * kk[:, None]
+
+    # this step's transition and output
+    gb_off = rw * HV + hv
+    alpha = tl.exp(tl.load(g_ptr + gb_off, mask=mask_b, other=0.0))
+    beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
+    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
+                mask=mask_b[:, None], other=0.0).to(tl.float32)
+    delta = beta[:, None] * (v - alpha[:, None] * u_k)
+    kq_t = tl.sum(kf * qf, axis=1) * inv_q * inv_k
+    o = alpha[:, None] * u_q + delta * kq_t[:, None]
+    row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
+    tl.store(out_ptr + row_v, o.to(out_ptr.dtype.element_ty), mask=mask_b[:, None])
+
+    # append the new GTR at step STEP (written once, never moved)
+    rec_t = (STEP * R + r) * W + offs_b
+    tl.store(delta_ptr + (rec_t * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+             delta.to(delta_ptr.dtype.element_ty), mask=mask_b[:, None])
+    if pid_v == 0:
+        tl.store(alpha_ptr + rec_t * HV + hv, alpha, mask=mask_b)
+        if hv % G == 0:
+            tl.store(khat_ptr + (rec_t * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
+                     (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=mask_b[:, None])
+
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def _pow2(x: int) -> bool:
+    return x >= 16 and (x & (x - 1)) == 0
+
+
+def launch_config(K: int, V: int, W: int, step: int) -> dict:
+    """Tile sizes and warps; chosen from the H200 tuning sweep in kernels/NOTES.md."""
+    bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
+    bv = min(V, 64 if K <= 128 else 32)
+    return {"BB": bb, "BV": bv, "num_warps": 4, "num_stages": 1}
+
+
+class OneLAStepper(Stepper):
+    """Shared S_ctx + append-only GtrStore + [R, W, T] ancestry (two ping-pong tables), one launch per step."""
+
+    def __init__(self, geometry, R, W, T, device, config: dict | None = None):
+        super().__init__(geometry, R, W, T, device)
+        reason = onela_supports(geometry, self.device)
+        if reason:
+            raise ValueError(reason)
+        self.store = GtrStore(geometry, R, W, T, device=device)
+        self.anc = torch.zeros(2, R, W, T, dtype=torch.int32, device=device)
+        self.config = config
+
+    def reset(self, s_ctx, tail=None):
+        self.s_ctx = check_reset(self, s_ctx, tail)
+
+    def step(self, t, q, k, v, g, beta, parents, out):
+        geo, R, W = self.geometry, self.R, self.W
+        check_step(self, t, q, k, v, g, beta, parents, out)
+        cfg = self.config or launch_config(geo.k, geo.v, W, t)
+        grid = (triton.cdiv(W, cfg["BB"]), geo.v // cfg["BV"], R * geo.hv)
+        _onela_step_kernel[grid](
+            q, k, v, g, beta, self.s_ctx, parents, self.anc[(t - 1) % 2], self.anc[t % 2],
+            self.store.alpha, self.store.delta, self.store.khat, out,
+            R, W, geo.hv, geo.hk, self.T,
+            q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
+            K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"],
+            QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+        )
+        return out
+
+    def persistent_bytes(self):
+        geo = self.geometry
+        return self.R * geo.hv * geo.v * geo.k * 4 + self.store.nbytes + self.anc.numel() * 4
+
+    def written_bytes(self):
+        """Recurrent-state bytes stored: every GTR once (the int32 ancestry rows, 0.12 MiB at R=4 W=512 O=7,
+        are index metadata and counted in persistent_bytes, not here -- as the paper counts state writes)."""
+        return self.store.nbytes
+
+
+def check_reset(st: Stepper, s_ctx, tail):
+    """Our kernels start from the full post-prefill state: contiguous fp32 [R, HV, V, K], no prompt tail."""
+    geo = st.geometry
+    if tail is not None:
+        raise ValueError("our kernels start from the full post-prefill state; a prompt tail is ReplaySSM-only")
+    if tuple(s_ctx.shape) != (st.R, geo.hv, geo.v, geo.k) or s_ctx.dtype != torch.float32 \
+            or not s_ctx.is_contiguous():
+        raise ValueError(f"s_ctx must be contiguous fp32 {(st.R, geo.hv, geo.v, geo.k)}, got {s_ctx.dtype} "
+                         f"{tuple(s_ctx.shape)}")
+    return s_ctx
+
+
+def check_step(st: Stepper, t, q, k, v, g, beta, parents, out):
+    """Reject bad input before launch (a kernel would read out of bounds instead of failing)."""
+    geo, R, W = st.geometry, st.R, st.W
+    if not 0 <= t < st.T:
+        raise ValueError(f"step t={t} out of range 0..{st.T - 1}")
+    want = {"q": (q, (R, W, geo.hk, geo.k)), "k": (k, (R, W, geo.hk, geo.k)), "v": (v, (R, W, geo.hv, geo.v)),
+            "g": (g, (R, W, geo.hv)), "beta": (beta, (R, W, geo.hv)), "parents": (parents, (R, W)),
+            "out": (out, (R, W, geo.hv, geo.v))}
+    for name, (x, shape) in want.items():
+        if tuple(x.shape) != shape:
+            raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {shape}")
+    if q.dtype != k.dtype or v.dtype != q.dtype:
+        raise ValueError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.stride() != k.stride() or q.stride(-1) != 1 or v.stride(-1) != 1:
+        raise ValueError("q and k must share strides with a contiguous last dim; v's last dim contiguous")
+    for name, x in (("g", g), ("beta", beta)):
+        if x.dtype != torch.float32 or not x.is_contiguous():
+            raise ValueError(f"{name} must be contiguous float32, got {x.dtype}")
+    if parents.dtype != torch.int32 or not parents.is_contiguous():
+        raise ValueError(f"parents must be contiguous int32, got {parents.dtype}")
+    if not out.is_contiguous():
+        raise ValueError("out must be contiguous")
+    if not (q.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+        lo, hi = int(parents.min()), int(parents.max())   # a host sync: checked eagerly, not inside a graph
+        if lo < 0 or hi >= W:
+            raise ValueError(f"parents out of range: values in [{lo}, {hi}], must be in [0, {W - 1}]")
+
+
+def onela_supports(geometry, device) -> str | None:
+    dev = torch.device(device)
+    if dev.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
+        return f"onela: Triton kernel needs a CUDA device or TRITON_INTERPRET=1 (device {dev})"
+    if not (_pow2(geometry.k) and geometry.k <= 256):
+        return f"onela: K={geometry.k} unsupported (power of two in 16..256)"
+    if not (_pow2(geometry.v) and geometry.v <= 512):
+        return f"onela: V={geometry.v} unsupported (power of two in 16..512)"
+    return None
+
+
+class OneLAPath(StepperPath):
+    """The fused shared-context OneLA kernel over all T steps (one launch per step, graph-capturable)."""
+
+    name = "onela"
+    stepper_cls = OneLAStepper
+
+    def supports(self, geometry, shape, device):
+        return onela_supports(geometry, device)
+
+    def cost(self, wl) -> dict:
+        return onela_cost(wl)
+
+
+def onela_cost(wl) -> dict:
+    """Compulsory bytes and FLOPs of the fused replay algorithm (not of this kernel's actual reads).
+
+    Bytes: each step reads q, k, v, g, beta, parents, S_ctx once and every *distinct* ancestral record its live
+    beams replay, and writes o (input dtype), the new GTRs and its ancestry rows. FLOPs: the two S_ctx
+    projections (2 x 2VK per beam and value head), per replayed record two K-dots and two V-axpys, and the
+    final delta / o (about 6V).
+    """
+    geo, T, R, W = wl.geometry, wl.T, wl.R, wl.W
+    esz = wl.q.element_size()
+    rec_v = geo.hv * (4 + 2 * geo.v)          # alpha + delta of one (beam slot) record, all value heads
+    rec_k = geo.hk * 2 * geo.k                # k-hat of one record, all key heads
+    anc = build_ancestry(wl.parents.cpu())    # [T, R, W, T]
+    nbytes = flops = 0
+    for t in range(T):
+        nbytes += R * W * (2 * geo.hk * geo.k * esz + geo.hv * geo.v * esz + geo.hv * 8 + 4)   # inputs
+        nbytes += R * geo.hv * geo.v * geo.k * 4                                                # S_ctx
+        for j in range(t):
+            distinct = sum(anc[t, r, :, j].unique().numel() for r in range(R))
+            nbytes += distinct * (rec_v + rec_k)                                                # replayed GTRs
+        nbytes += R * W * (geo.hv * geo.v * esz + rec_v + rec_k + t * 4 * 2)                   # o, new GTR, ancestry
+        per_beam_head = 4 * geo.v * geo.k + t * (4 * geo.k + 4 * geo.v) + 6 * geo.v + 2 * geo.k
+        flops += R * W * geo.hv * per_beam_head
+    return {"compulsory_bytes": nbytes, "flops": flops, "rate": "bf16_flop_per_s"}
