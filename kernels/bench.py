@@ -26,10 +26,6 @@ from kernels.onela import OneLAPath, OneLAStepper
 
 MIB = 2 ** 20
 
-try:   # the kernel version before the current one, while its replacement is being measured (kernels/NOTES.md)
-    from kernels._onela_v2_for_bench import OneLAPath as _PREVIOUS
-except ImportError:
-    _PREVIOUS = None
 
 
 class _ConfiguredOneLA(OneLAPath):
@@ -83,17 +79,13 @@ def main(argv=None) -> int:
         wl = make_workload(args.geometry, R, 512, T, lineage="beam", seed=0, device="cuda")
         ref = fullstate_decode(wl)
         variants = [("onela", _ConfiguredOneLA())]
-        if _PREVIOUS is not None:
-            variants.append(("onela_previous", _PREVIOUS()))
         if not args.no_fullstate:
             variants.append(("controlled_fullstate", _ConfiguredFullState()))
         if args.tune:
-            for bb, bv, nw in itertools.product((32, 64), (64, 128), (4, 8)):
-                cfg = {"BB": bb, "BV": bv, "num_warps": nw}
-                variants.append((f"onela[{bb},{bv},w{nw}]", _ConfiguredOneLA(cfg)))
-            for bbp, pw in itertools.product((16, 32, 64), (2, 4, 8)):
-                cfg = {"BB_PREP": bbp, "prep_warps": pw}
-                variants.append((f"onela[prep {bbp},w{pw}]", _ConfiguredOneLA(cfg)))
+            tiles = ((64, 64, 4), (64, 128, 4), (64, 128, 8), (128, 64, 4), (128, 64, 8), (128, 128, 8))
+            for presplit, (bb, bv, nw) in itertools.product((False, True), tiles):
+                cfg = {"BB": bb, "BV": bv, "num_warps": nw, "presplit": presplit}
+                variants.append((f"onela[{bb},{bv},w{nw}{',presplit' if presplit else ''}]", _ConfiguredOneLA(cfg)))
         for name, path in variants:
             try:
                 res = check_and_time(path, wl, ref, DEFAULT_TOLERANCE, warmup_ms=10, rep_ms=50)
