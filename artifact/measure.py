@@ -46,6 +46,12 @@ def scramble_(wl: Workload) -> Workload:
     return wl
 
 
+def path_tolerance(path, tolerance: float) -> float:
+    """The gate a path is held to: the run's tolerance, or the path's own documented `gate_tolerance` when that
+    is looser (vllm_replayssm: its chunk kernel rounds to bf16 by design, baselines/vllm_replayssm.py)."""
+    return max(tolerance, getattr(path, "gate_tolerance", 0.0))
+
+
 def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """max |out - ref| in fp64; NaN/Inf anywhere (e.g. an unwritten poisoned element) gives inf."""
     if out.shape != ref.shape:

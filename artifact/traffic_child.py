@@ -118,8 +118,9 @@ class PathTarget:
         self.info.update(persistent_bytes=int(self.path.persistent_bytes()),
                          written_bytes=int(self.path.written_bytes()))
         if check:
-            from artifact.measure import max_abs_err
+            from artifact.measure import max_abs_err, path_tolerance
             from artifact.reference import fullstate_decode
+            tolerance = path_tolerance(self.path, tolerance)
             ref = fullstate_decode(self.wl, torch.float32)
             err = max_abs_err(out, ref)
             del ref

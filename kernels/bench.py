@@ -82,10 +82,9 @@ def main(argv=None) -> int:
         if not args.no_fullstate:
             variants.append(("controlled_fullstate", _ConfiguredFullState()))
         if args.tune:
-            tiles = ((64, 64, 4), (64, 128, 4), (64, 128, 8), (128, 64, 4), (128, 64, 8), (128, 128, 8))
-            for presplit, (bb, bv, nw) in itertools.product((False, True), tiles):
-                cfg = {"BB": bb, "BV": bv, "num_warps": nw, "presplit": presplit}
-                variants.append((f"onela[{bb},{bv},w{nw}{',presplit' if presplit else ''}]", _ConfiguredOneLA(cfg)))
+            for bb, bv, nw in ((64, 64, 4), (64, 128, 4), (64, 128, 8), (128, 64, 4), (128, 64, 8), (128, 128, 8)):
+                cfg = {"BB": bb, "BV": bv, "num_warps": nw}
+                variants.append((f"onela[{bb},{bv},w{nw}]", _ConfiguredOneLA(cfg)))
         for name, path in variants:
             try:
                 res = check_and_time(path, wl, ref, DEFAULT_TOLERANCE, warmup_ms=10, rep_ms=50)

@@ -112,11 +112,11 @@ def _onela_prep_kernel(
 
 @triton.jit
 def _onela_main_kernel(
-    q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, shi_ptr, slo_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr,
+    q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr,
     R, W, HV, T_CAP,
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
-    BB: tl.constexpr, BV: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr, PRESPLIT: tl.constexpr,
+    BB: tl.constexpr, BV: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """The shared-context part: one S_ctx[BV, K] tile, both projections for BB beams on the tensor cores,
     the replay as a weighted sum of gathered delta rows (independent loads), delta_t and o_t."""
@@ -132,31 +132,17 @@ def _onela_main_kernel(
     offs_k = tl.arange(0, K)
     rw = r * W + offs_b
 
-    # per-beam scalars first (coefficients from the prep kernel, beta) so their loads overlap the tiles'
-    plane = R * HV * W
-    cbase = coef_ptr + (r * HV + hv) * W + offs_b
-    p_q = tl.load(cbase, mask=mask_b, other=0.0)
-    p_k = tl.load(cbase + plane, mask=mask_b, other=0.0)
-    kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
-    gb_off = rw * HV + hv
-    beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
-
     qk_off = r * sq_r + offs_b[:, None] * sq_w + hk * sq_h + offs_k[None, :]
     q_in = tl.load(q_ptr + qk_off, mask=mask_b[:, None], other=0.0)
     k_in = tl.load(k_ptr + qk_off, mask=mask_b[:, None], other=0.0)
-    if PRESPLIT:   # S^T already split into bf16 hi + lo [K, V] planes once per decode (OneLAStepper.reset)
-        st_off = (r * HV + hv).to(tl.int64) * (V * K) + offs_k[:, None] * V + offs_v[None, :]
-        s_hi_t = tl.load(shi_ptr + st_off)                                  # [K, BV] bf16
-        s_lo_t = tl.load(slo_ptr + st_off)
-    else:
-        s_off = (r * HV + hv).to(tl.int64) * (V * K) + offs_v[:, None] * K + offs_k[None, :]
-        s_tile = tl.load(s_ptr + s_off)                                     # [BV, K] fp32
-        # S split into bf16 hi + lo (16 significant bits); bf16 q, k are exact in bf16, so two bf16 products
-        # give S q to about fp32 accuracy at the bf16 rate (tf32 would round S to 11 bits: kernels/NOTES.md)
-        s_hi = s_tile.to(tl.bfloat16)
-        s_lo = (s_tile - s_hi.to(tl.float32)).to(tl.bfloat16)
-        s_hi_t = tl.trans(s_hi)
-        s_lo_t = tl.trans(s_lo)
+    s_off = (r * HV + hv).to(tl.int64) * (V * K) + offs_v[:, None] * K + offs_k[None, :]
+    s_tile = tl.load(s_ptr + s_off)                                         # [BV, K] fp32
+    # S split into bf16 hi + lo (16 significant bits); bf16 q, k are exact in bf16, so two bf16 products give
+    # S q to about fp32 accuracy at the bf16 rate (tf32 would round S to 11 bits: kernels/NOTES.md)
+    s_hi = s_tile.to(tl.bfloat16)
+    s_lo = (s_tile - s_hi.to(tl.float32)).to(tl.bfloat16)
+    s_hi_t = tl.trans(s_hi)
+    s_lo_t = tl.trans(s_lo)
     if QK_BF16:
         u_q = _mm(q_in, s_hi_t, UPCAST) + _mm(q_in, s_lo_t, UPCAST)
         u_k = _mm(k_in, s_hi_t, UPCAST) + _mm(k_in, s_lo_t, UPCAST)
@@ -170,10 +156,11 @@ def _onela_main_kernel(
         u_q = _mm(qb, s_hi_t, UPCAST) + _mm(qb, s_lo_t, UPCAST) + _mm(qr, s_hi_t, UPCAST)
         u_k = _mm(kb, s_hi_t, UPCAST) + _mm(kb, s_lo_t, UPCAST) + _mm(kr, s_hi_t, UPCAST)
 
-    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
-                mask=mask_b[:, None], other=0.0).to(tl.float32)
-    u_q = u_q * p_q[:, None]
-    u_k = u_k * p_k[:, None]
+    plane = R * HV * W
+    cbase = coef_ptr + (r * HV + hv) * W + offs_b
+    u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
+    u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
+    kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
     for j in tl.static_range(STEP):
         slot = tl.load(anc_ptr + rw * T_CAP + j, mask=mask_b, other=0)
         rec = (j * R + r) * W + slot
@@ -182,6 +169,10 @@ def _onela_main_kernel(
         u_q += tl.load(cbase + (3 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
         u_k += tl.load(cbase + (4 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
 
+    gb_off = rw * HV + hv
+    beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
+    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
+                mask=mask_b[:, None], other=0.0).to(tl.float32)
     delta = beta[:, None] * (v - u_k)
     o = u_q + delta * kq_t[:, None]
     row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
@@ -199,12 +190,12 @@ def _pow2(x: int) -> bool:
 
 
 def launch_config(K: int, V: int, W: int) -> dict:
-    """Tile sizes and warps of both kernels, and whether S^T is split into bf16 hi/lo once per decode;
-    chosen from the H200 tuning sweeps in kernels/NOTES.md."""
+    """Tile sizes and warps of both kernels, from the H200 tuning sweeps of kernels/NOTES.md (v4: BB=64, BV=128,
+    4 warps was fastest at all four R x O cells of K = V = 128; BV is halved for K = 256 to keep the [BV, K] tile's
+    registers the same)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
-    bv = min(V, 64 if K <= 128 else 32)
-    return {"BB": bb, "BV": bv, "num_warps": 4, "num_stages": 1, "BB_PREP": min(bb, 32), "prep_warps": 4,
-            "presplit": False}
+    bv = min(V, 128 if K <= 128 else 64)
+    return {"BB": bb, "BV": bv, "num_warps": 4, "num_stages": 1, "BB_PREP": min(bb, 32), "prep_warps": 4}
 
 
 class OneLAStepper(Stepper):
@@ -219,23 +210,15 @@ class OneLAStepper(Stepper):
         self.store = GtrStore(geometry, R, W, T, device=device)
         self.anc = torch.zeros(2, R, W, T, dtype=torch.int32, device=device)
         self.coef = torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
-        self.config = {**launch_config(geometry.k, geometry.v, W), **(config or {})}
-        if self.config["presplit"]:
-            self.s_hi_t = torch.empty(R, geometry.hv, geometry.k, geometry.v, dtype=torch.bfloat16, device=device)
-            self.s_lo_t = torch.empty_like(self.s_hi_t)
+        self.config = config
 
     def reset(self, s_ctx, tail=None):
         self.s_ctx = check_reset(self, s_ctx, tail)
-        if self.config["presplit"]:   # once per decode: S^T as bf16 hi + lo planes (16 significant bits of S)
-            s_t = s_ctx.transpose(-1, -2)
-            self.s_hi_t.copy_(s_t)
-            self.s_lo_t.copy_(s_t - self.s_hi_t.float())
 
     def step(self, t, q, k, v, g, beta, parents, out):
         geo, R, W = self.geometry, self.R, self.W
         check_step(self, t, q, k, v, g, beta, parents, out)
-        cfg = self.config
-        s_hi, s_lo = (self.s_hi_t, self.s_lo_t) if cfg["presplit"] else (self.s_ctx, self.s_ctx)
+        cfg = {**launch_config(geo.k, geo.v, W), **(self.config or {})}
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
         _onela_prep_kernel[(triton.cdiv(W, cfg["BB_PREP"]), R * geo.hk)](
             q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,
@@ -244,12 +227,12 @@ class OneLAStepper(Stepper):
             num_warps=cfg["prep_warps"],
         )
         _onela_main_kernel[(geo.v // cfg["BV"], triton.cdiv(W, cfg["BB"]), R * geo.hv)](
-            q, k, v, beta, self.s_ctx, s_hi, s_lo, anc_cur, self.coef, self.store.delta, out,
+            q, k, v, beta, self.s_ctx, anc_cur, self.coef, self.store.delta, out,
             R, W, geo.hv, self.T,
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
             K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"],
-            QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, PRESPLIT=cfg["presplit"],
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"],
         )
         return out
 

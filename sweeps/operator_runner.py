@@ -17,7 +17,7 @@ from typing import Iterator
 
 import torch
 
-from artifact.measure import check_and_time, cuda_context_alive, floor_ms, free_device_memory
+from artifact.measure import check_and_time, cuda_context_alive, floor_ms, free_device_memory, path_tolerance
 from artifact.paths import get_path
 from artifact.reference import fullstate_decode
 from artifact.workload import Geometry, Shape, make_workload
@@ -92,7 +92,7 @@ def _run_shape(cells: list[dict], ctx: RunContext) -> Iterator[dict]:
 def _run_cell(cell: dict, path, wl, ref, ctx: RunContext) -> dict:
     # A framework whose kernel computes in lower precision declares its own, documented gate (its docstring
     # says why); the row records the tolerance it was held to.
-    tolerance = max(ctx.tolerance, getattr(path, "gate_tolerance", 0.0))
+    tolerance = path_tolerance(path, ctx.tolerance)
     cell = {**cell, "tolerance": tolerance}
     try:
         res = check_and_time(path, wl, ref, tolerance=tolerance, warmup_ms=ctx.warmup_ms,
