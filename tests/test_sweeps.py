@@ -233,7 +233,7 @@ class _Path(DecodePath):
             raise RuntimeError("kernel exploded")
         if self.mode == "oom":
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80 GiB")
-        return self.ref + (1.0 if self.mode == "wrong" else 0.0)
+        return self.ref + {"wrong": 1.0, "own_gate": 7e-4}.get(self.mode, 0.0)
 
     def persistent_bytes(self):
         return 1
@@ -268,6 +268,27 @@ def test_failed_unsupported_and_oom_cells_are_recorded_and_exit_nonzero(tmp_path
     out = capsys.readouterr().out
     assert "ok 1, skipped 2 (1 out of memory), failed 2" in out and "FAILED  reference_replay" in out
     assert run_sweep(cfg) == EXIT_FAILED          # recorded failures still fail a re-run that runs nothing
+
+
+def test_a_paths_own_gate_applies_without_changing_the_cell(tmp_path, monkeypatch):
+    """A path with a documented looser gate (vllm_replayssm) passes at an error between the run's tolerance and
+    its own; the row keeps the run's tolerance (a defining field of the cell) and its reason names the gate.
+    (Regression: the runner once rewrote the cell's tolerance and the sweep aborted on the H200.)"""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+    def path_of(name):
+        p = _Path("own_gate")
+        p.name = name
+        if name == "vllm_replayssm":
+            p.gate_tolerance = 1e-3
+        return p
+    monkeypatch.setattr(operator_runner, "get_path", path_of)
+    assert run_sweep(_cfg(tmp_path, "path=[vllm_replayssm,onela]", "tolerance=4.88e-4")) == EXIT_FAILED
+    rows = {r["path"]: r for r in read_rows(tmp_path / "r" / "smoke.csv")}
+    assert rows["vllm_replayssm"]["status"] == "ok", rows["vllm_replayssm"]["reason"]
+    assert float(rows["vllm_replayssm"]["tolerance"]) == float(rows["onela"]["tolerance"]) == 4.88e-4
+    assert "documented tolerance 1.00e-03" in rows["vllm_replayssm"]["reason"]
+    assert rows["onela"]["status"] == "failed"                  # no gate of its own: held to the run's
 
 
 def test_cpu_rows_stay_out_of_results_by_default(tmp_path, fake_paths, monkeypatch):
