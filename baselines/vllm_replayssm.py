@@ -33,7 +33,11 @@ N initial-state rows. vLLM's scheduler would classify a one-token remainder (t =
 decode and run its recurrent decode kernel; this path runs every step through the chunk (prefill) path.
 
 A new prompt-tail length re-plans the host-side metadata (`plan`) and reallocates the token store: the first
-`reset` with a given tail length must run eagerly (the warm-up before a capture does). Not natively
+`reset` with a given tail length must run eagerly (the warm-up before a capture does). `fused_post_conv_prep`
+addresses token rows with int32 offsets (row x (2·HK·K + HV·V)), so a batch of 2^31 elements or more is split
+into the fewest sub-batches of whole sequences that fit -- as vLLM's scheduler splits a batch over its token
+budget, but only as far as the kernel needs, which favours this baseline. (Found on the H200: the full model's
+1024 beams x 449 tokens with a 448-token prompt tail hit an illegal memory access.) Not natively
 supported: R·W·HV > 65535 (chunk_gated_delta_rule_fwd_h puts sequences x heads on grid y) or more than
 65535 chunks in a step's batch (chunk_fwd_o's grid y); K > 256 (the chunk kernel asserts K <= 256).
 """
@@ -89,6 +93,18 @@ def chunk_metadata(n_seq: int, seq_len: int, device) -> dict[str, torch.Tensor]:
             "last": (cu[1:].long() - 1).to(device)}
 
 
+INT32_ELEMS = 2 ** 31 - 1
+
+
+def sub_batch_size(n_seq: int, max_seq_len: int, row_elems: int) -> int:
+    """Sequences per kernel call so that no token row offset (token x row_elems) reaches 2^31 in
+    fused_post_conv_prep; n_seq when one call fits."""
+    fit = INT32_ELEMS // (max_seq_len * row_elems)
+    if fit < 1:
+        raise ValueError(f"one sequence of {max_seq_len} tokens x {row_elems} elements exceeds int32 offsets")
+    return min(n_seq, fit)
+
+
 def _tail_len(tail) -> int:
     return 0 if tail is None else int(tail["k"].shape[0])
 
@@ -125,7 +141,10 @@ class VllmReplaySSMStepper(Stepper):
         tail_rows = (torch.arange(R, device=dev)[:, None] * Lt + torch.arange(Lt, device=dev)).repeat_interleave(W, 0)
         self.seq[:, :, :Lt] = tail_rows
         self.own = [self.dec0 + t * N + torch.arange(N, device=dev) for t in range(T)]
-        self.meta = [chunk_metadata(N, Lt + t + 1, dev) for t in range(T)]
+        self.sub = sub_batch_size(N, Lt + T, self.qkv_dim)
+        self.batches = [(s0, min(N, s0 + self.sub)) for s0 in range(0, N, self.sub)]
+        sizes = {s1 - s0 for s0, s1 in self.batches}
+        self.meta = [{n: chunk_metadata(n, Lt + t + 1, dev) for n in sizes} for t in range(T)]
 
     # ---- Stepper ----
     def reset(self, s_ctx, tail=None):
@@ -158,7 +177,7 @@ class VllmReplaySSMStepper(Stepper):
             if t or self.replay_tail_len:
                 raise ValueError(f"inputs are {q.dtype} but this decode was planned for {self.dtype}")
             self.plan(0, q.dtype)        # eager: the first decode of a new input dtype
-        Lt, meta = self.replay_tail_len, self.meta[t]
+        Lt = self.replay_tail_len
         n_tok = Lt + t + 1
         # append this step's token rows and gate inputs to the store
         r0 = self.dec0 + t * N
@@ -171,18 +190,21 @@ class VllmReplaySSMStepper(Stepper):
             parent = (parents.long() + self.row_base).reshape(N)
             cur[:, :Lt + t] = self.seq[(t - 1) % 2][:, :Lt + t].index_select(0, parent)
         cur[:, Lt + t] = self.own[t]
-        rows = cur[:, :n_tok].reshape(-1)
-        xs = self.x.index_select(0, rows)
-        qs, ks, vs, gs, bs = self.prep(xs, self.a.index_select(0, rows), self.b.index_select(0, rows),
-                                       self.zeros_hv, self.zeros_hv, num_k_heads=geo.hk, head_k_dim=geo.k,
-                                       head_v_dim=geo.v, apply_l2norm=True, output_g_exp=False)
         # every beam loads its request's checkpoint as its sequence's initial state
         torch.index_select(self.s_ctx, 0, self.request_of_beam, out=self.h0)
-        o, _ = self.chunk(qs[None], ks[None], vs[None], gs[None], bs[None], scale=self.scale,
-                          initial_state=self.h0, output_final_state=False, cu_seqlens=meta["cu_seqlens"],
-                          chunk_indices=meta["chunk_indices"], chunk_offsets=meta["chunk_offsets"],
-                          use_qk_l2norm_in_kernel=False)
-        out.copy_(o[0].index_select(0, meta["last"]).view(R, W, geo.hv, geo.v))
+        out_rows = out.view(N, geo.hv, geo.v)
+        for s0, s1 in self.batches:          # one batch unless int32 row offsets force a split (docstring)
+            meta = self.meta[t][s1 - s0]
+            rows = cur[s0:s1, :n_tok].reshape(-1)
+            xs = self.x.index_select(0, rows)
+            qs, ks, vs, gs, bs = self.prep(xs, self.a.index_select(0, rows), self.b.index_select(0, rows),
+                                           self.zeros_hv, self.zeros_hv, num_k_heads=geo.hk, head_k_dim=geo.k,
+                                           head_v_dim=geo.v, apply_l2norm=True, output_g_exp=False)
+            o, _ = self.chunk(qs[None], ks[None], vs[None], gs[None], bs[None], scale=self.scale,
+                              initial_state=self.h0[s0:s1], output_final_state=False,
+                              cu_seqlens=meta["cu_seqlens"], chunk_indices=meta["chunk_indices"],
+                              chunk_offsets=meta["chunk_offsets"], use_qk_l2norm_in_kernel=False)
+            out_rows[s0:s1].copy_(o[0].index_select(0, meta["last"]))
         return out
 
     def persistent_bytes(self):

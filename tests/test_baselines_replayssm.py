@@ -194,6 +194,26 @@ def test_vllm_prompt_tail_equals_full_prefill_state(vllm_stand_ins, L_tail):
     assert st.replay_tail_len == 0 and max_abs_err(out, ref) <= tol
 
 
+def test_vllm_batch_split_at_int32_row_offsets(vllm_stand_ins, monkeypatch):
+    """A replay batch whose token rows would overflow fused_post_conv_prep's int32 offsets runs as sub-batches
+    of whole sequences with the same outputs (here the limit is shrunk so 6 beams split 2 + 2 + 2)."""
+    from baselines import vllm_replayssm as m
+    assert m.sub_batch_size(1024, 454, 6144) == 769          # the full model's 448-token tail, O=7
+    assert m.sub_batch_size(2048, 7, 6144) == 2048           # the operator suite: one batch
+    with pytest.raises(ValueError, match="exceeds int32"):
+        m.sub_batch_size(4, 2 ** 20, 2 ** 12)
+    geo = Geometry(1, 2, 8, 8)
+    wl, tail, ref, _ = _tail_case(geo, 2, 3, 3, 5, "cpu", prompt_len=6)
+    qkv = 2 * geo.hk * geo.k + geo.hv * geo.v
+    monkeypatch.setattr(m, "INT32_ELEMS", 2 * (5 + 3) * qkv + 7)
+    st = m.VllmReplaySSMStepper(geo, 2, 3, 3, "cpu")
+    out = torch.empty(ref.shape, dtype=torch.bfloat16)
+    with full_precision():
+        _decode_with_tail(st, wl, wl.s_ctx, tail, out)
+    assert st.batches == [(0, 2), (2, 4), (4, 6)]
+    assert max_abs_err(out, ref) <= float(ref.abs().max()) * 2.0 ** -6
+
+
 def test_vllm_chunk_metadata_is_vllms(monkeypatch):
     """Our host-built varlen metadata equals vLLM's own prepare_chunk_indices / prepare_chunk_offsets."""
     from baselines import vllm_replayssm as m
