@@ -172,7 +172,7 @@ class VllmReplaySSMStepper(Stepper):
                                     self.a[:self.dec0].view(R, Lt, geo.hv), self.b[:self.dec0].view(R, Lt, geo.hv))
 
     def step(self, t, q, k, v, g, beta, parents, out):
-        geo, R, W, N = self.geometry, self.R, self.W, self.N
+        geo, N = self.geometry, self.N
         if q.dtype != self.dtype:
             if t or self.replay_tail_len:
                 raise ValueError(f"inputs are {q.dtype} but this decode was planned for {self.dtype}")
