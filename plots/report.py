@@ -59,6 +59,22 @@ def inputs(res: Results) -> list[str]:
     return _table(["suite (results/<suite>.csv)", "rows", "ok", "skipped", "failed"], rows)
 
 
+def _frameworks(rec: dict) -> str:
+    """Installed framework versions, else the version whose kernel modules the run's baseline pack held."""
+    pk = rec.get("packages", {})
+    packed = {}
+    for fw in (rec.get("baseline_pack") or {}).get("frameworks", []):
+        name, _, ver = fw.get("requirement", "").partition("==")
+        packed[name] = ver
+    out = []
+    for p in ("vllm", "sglang", "flashinfer-python", "tensorrt_llm", "tensorrt-llm"):
+        if pk.get(p, "not installed") != "not installed":
+            out.append(f"{p} {pk[p]}")
+        elif p in packed:
+            out.append(f"{p} {packed[p]} (pack)")
+    return ", ".join(out) or "none"
+
+
 def _ceilings(c: dict | None) -> str:
     if not c:
         return "not measured"
@@ -80,9 +96,7 @@ def environment(res: Results) -> list[str]:
         if rec is None:
             rows.append([run_id or "(empty run_id)", suites, "env record missing", "", "", "", "", "", "", ""])
             continue
-        pk = rec.get("packages", {})
-        frameworks = ", ".join(f"{p} {pk[p]}" for p in ("vllm", "sglang", "flashinfer-python", "tensorrt_llm")
-                               if p in pk)
+        frameworks = _frameworks(rec)
         rows.append([run_id, suites, rec.get("gpu", "?"), rec.get("nvidia_smi", ""), rec.get("torch", "?"),
                      rec.get("triton", "?"), rec.get("cuda", "?"), frameworks, rec.get("git_commit", "?"),
                      f"{rec.get('date_utc', '?')}; {_ceilings(rec.get('ceilings'))}"])
