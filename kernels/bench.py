@@ -85,6 +85,9 @@ def main(argv=None) -> int:
             for bb, bv, nw in ((64, 64, 4), (64, 128, 4), (64, 128, 8), (128, 64, 4), (128, 64, 8), (128, 128, 8)):
                 cfg = {"BB": bb, "BV": bv, "num_warps": nw}
                 variants.append((f"onela[{bb},{bv},w{nw}]", _ConfiguredOneLA(cfg)))
+            for bb, bv, nw, bk, ks in itertools.product((64,), (128,), (4, 8), (32, 64), (1, 2, 3)):
+                cfg = {"BB": bb, "BV": bv, "num_warps": nw, "BK": bk, "k_stages": ks}
+                variants.append((f"onela[{bb},{bv},w{nw},BK{bk},s{ks}]", _ConfiguredOneLA(cfg)))
         for name, path in variants:
             try:
                 res = check_and_time(path, wl, ref, DEFAULT_TOLERANCE, warmup_ms=10, rep_ms=50)

@@ -111,34 +111,14 @@ def _onela_prep_kernel(
 
 
 @triton.jit
-def _onela_main_kernel(
-    q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr,
-    R, W, HV, T_CAP,
-    sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
-    K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
-    BB: tl.constexpr, BV: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
-):
-    """The shared-context part: one S_ctx[BV, K] tile, both projections for BB beams on the tensor cores,
-    the replay as a weighted sum of gathered delta rows (independent loads), delta_t and o_t."""
-    pid_v = tl.program_id(0)          # fastest: the V tiles of one beam tile run together and share q, k in L2
-    pid_b = tl.program_id(1)
-    pid_rh = tl.program_id(2)
-    r = pid_rh // HV
-    hv = pid_rh % HV
-    hk = hv // G
-    offs_b = pid_b * BB + tl.arange(0, BB)
-    mask_b = offs_b < W
-    offs_v = pid_v * BV + tl.arange(0, BV)
-    offs_k = tl.arange(0, K)
-    rw = r * W + offs_b
+def _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, offs_k, mask_b, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
+    """u_q = q S^T and u_k = k S^T (raw q, k) over the K columns offs_k: [BB, BV] each, fp32-accurate.
 
-    qk_off = r * sq_r + offs_b[:, None] * sq_w + hk * sq_h + offs_k[None, :]
-    q_in = tl.load(q_ptr + qk_off, mask=mask_b[:, None], other=0.0)
-    k_in = tl.load(k_ptr + qk_off, mask=mask_b[:, None], other=0.0)
-    s_off = (r * HV + hv).to(tl.int64) * (V * K) + offs_v[:, None] * K + offs_k[None, :]
-    s_tile = tl.load(s_ptr + s_off)                                         # [BV, K] fp32
-    # S split into bf16 hi + lo (16 significant bits); bf16 q, k are exact in bf16, so two bf16 products give
-    # S q to about fp32 accuracy at the bf16 rate (tf32 would round S to 11 bits: kernels/NOTES.md)
+    S is split into bf16 hi + lo (16 significant bits); bf16 q, k are exact in bf16, so two bf16 products give
+    S q to about fp32 accuracy at the bf16 rate (tf32 would round S to 11 bits: kernels/NOTES.md)."""
+    q_in = tl.load(q_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
+    k_in = tl.load(k_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
+    s_tile = tl.load(s_ptr + s_row[:, None] + offs_k[None, :])                  # [BV, BK] fp32
     s_hi = s_tile.to(tl.bfloat16)
     s_lo = (s_tile - s_hi.to(tl.float32)).to(tl.bfloat16)
     s_hi_t = tl.trans(s_hi)
@@ -155,6 +135,44 @@ def _onela_main_kernel(
         kr = (kf - kb.to(tl.float32)).to(tl.bfloat16)
         u_q = _mm(qb, s_hi_t, UPCAST) + _mm(qb, s_lo_t, UPCAST) + _mm(qr, s_hi_t, UPCAST)
         u_k = _mm(kb, s_hi_t, UPCAST) + _mm(kb, s_lo_t, UPCAST) + _mm(kr, s_hi_t, UPCAST)
+    return u_q, u_k
+
+
+@triton.jit
+def _onela_main_kernel(
+    q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr,
+    R, W, HV, T_CAP,
+    sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
+    K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
+    BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr,
+    QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """The shared-context part: one S_ctx[BV, K] tile, both projections for BB beams on the tensor cores,
+    the replay as a weighted sum of gathered delta rows (independent loads), delta_t and o_t."""
+    pid_v = tl.program_id(0)          # fastest: the V tiles of one beam tile run together and share q, k in L2
+    pid_b = tl.program_id(1)
+    pid_rh = tl.program_id(2)
+    r = pid_rh // HV
+    hv = pid_rh % HV
+    hk = hv // G
+    offs_b = pid_b * BB + tl.arange(0, BB)
+    mask_b = offs_b < W
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    offs_k = tl.arange(0, K)
+    rw = r * W + offs_b
+
+    qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
+    s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
+    if BK == K:
+        u_q, u_k = _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, offs_k, mask_b, QK_BF16, UPCAST)
+    else:   # K in chunks: fewer live registers, and Triton can pipeline the chunks' loads (K_STAGES)
+        u_q = tl.zeros([BB, BV], dtype=tl.float32)
+        u_k = tl.zeros([BB, BV], dtype=tl.float32)
+        for kc in tl.range(0, K, BK, num_stages=K_STAGES):
+            d_q, d_k = _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, kc + tl.arange(0, BK), mask_b, QK_BF16,
+                                UPCAST)
+            u_q += d_q
+            u_k += d_k
 
     plane = R * HV * W
     cbase = coef_ptr + (r * HV + hv) * W + offs_b
@@ -195,7 +213,8 @@ def launch_config(K: int, V: int, W: int) -> dict:
     registers the same)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
-    return {"BB": bb, "BV": bv, "num_warps": 4, "num_stages": 1, "BB_PREP": min(bb, 32), "prep_warps": 4}
+    return {"BB": bb, "BV": bv, "BK": K, "k_stages": 1, "num_warps": 4, "num_stages": 1,
+            "BB_PREP": min(bb, 32), "prep_warps": 4}
 
 
 class OneLAStepper(Stepper):
@@ -230,8 +249,8 @@ class OneLAStepper(Stepper):
             q, k, v, beta, self.s_ctx, anc_cur, self.coef, self.store.delta, out,
             R, W, geo.hv, self.T,
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
-            K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"],
-            QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, num_warps=cfg["num_warps"],
+            K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
+            K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"],
         )
         return out
