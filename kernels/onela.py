@@ -1,14 +1,18 @@
 """OneLA's fused shared-context decode kernel (paper §3.4) and the `onela` path.
 
-One program owns (request r, value head hv, a BV-row tile of V, a tile of BB beams). It loads the
-S_ctx[r, hv][BV, K] tile once and uses it for every beam of the tile: u_q = Q-hat S^T and u_k = K-hat S^T are
-[BB, K] x [K, BV] tensor-core products (bf16 q, k against S split into bf16 hi + lo: fp32-level accuracy at the
-bf16 rate; kernels/NOTES.md says why not tf32). It then replays each beam's ancestral GTRs, gathered
-through the ancestry index, on those two accumulators (§3.2), forms delta_t and o_t, and appends only the new
-GTR (alpha fp32, delta bf16, k-hat bf16). No per-beam [V, K] state is ever written. The ancestry update of
-the step is fused in: the kernel reads the previous table at row parent(b) and writes beam b's row of the new
-one (ping-pong buffers, so no program reads what another writes in the same launch) -- a gather of indices,
-never of records. L2 normalisation, the K^-1/2 scale and alpha = exp(g) happen in the kernel.
+Two launches per decode step (kernels/NOTES.md, v4):
+- `_onela_prep_kernel`, once per (request, key head, beam tile): everything on the key axis and every per-beam
+  scalar -- L2 norms (with the K^-1/2 scale), k-hat_t and alpha_t = exp(g) of the new GTR, beam b's ancestry
+  row (read at row parent(b) of the previous table, written to the other of two ping-pong tables: a gather
+  of indices, never of records), the dot products k-hat_j . q-hat and k-hat_j . k-hat of every ancestral
+  record, and the suffix products of the ancestral alphas, as a small coefficient table.
+- `_onela_main_kernel`, one program per (BV tile of V, beam tile, request x value head): loads the
+  S_ctx[r, hv][BV, K] tile once and uses it for every beam of the tile -- u_q = q S^T and u_k = k S^T are
+  [BB, K] x [K, BV] tensor-core products (bf16 q, k against S split into bf16 hi + lo: fp32-level accuracy at
+  the bf16 rate; kernels/NOTES.md says why not tf32) -- then replays the ancestral GTRs in closed form,
+  u = P u0 + sum_j c_j delta_j, each delta_j gathered through the ancestry row independently of the others,
+  forms delta_t and o_t, and appends delta_t.
+Only the new GTR (alpha fp32, delta bf16, k-hat bf16) is written; no per-beam [V, K] state ever is.
 """
 from __future__ import annotations
 
@@ -319,7 +323,7 @@ def onela_supports(geometry, device) -> str | None:
 
 
 class OneLAPath(StepperPath):
-    """The fused shared-context OneLA kernel over all T steps (one launch per step, graph-capturable)."""
+    """The fused shared-context OneLA kernels over all T steps (two launches per step, graph-capturable)."""
 
     name = "onela"
     stepper_cls = OneLAStepper
