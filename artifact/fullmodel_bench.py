@@ -66,6 +66,7 @@ class FullModelSettings:
     compile: bool | None = None       # fuse the non-recurrent ops with torch.compile; None = on a GPU only
     recurrent_share: bool = True
     cpu: bool = False                 # allow a CPU run (correctness only; sensible only with model=tiny)
+    profile: str | None = None        # a folder: per cell, a table of time per kernel over one search (profile_search)
 
     @classmethod
     def from_cfg(cls, cfg) -> "FullModelSettings":
@@ -222,6 +223,9 @@ def _measure(cell, settings, inputs, ctx, model, side: list, graphs: bool, compi
         else:
             row["timer"] = "none (CPU: correctness only)" if not on_gpu else "not timed"
             side.append(_side(ctx, row, dec, None))
+        if settings.profile:
+            name = f"{cell['path']}_R{cell['R']}_W{cell['W']}_L{cell['prompt_len']}_O{cell['T'] + 1}.txt"
+            profile_search(dec, graphs, Path(settings.profile) / name)
         return row
     except torch.cuda.OutOfMemoryError as e:
         return _row(cell, "skipped", f"out of memory: {e}")
@@ -229,6 +233,31 @@ def _measure(cell, settings, inputs, ctx, model, side: list, graphs: bool, compi
         if compile and type(e).__module__.startswith(("torch._dynamo", "torch._inductor")):
             inputs.compile_error = " ".join(f"{type(e).__name__}: {e}".split())[:160]
         return _row(cell, "failed", f"{type(e).__name__}: {e}")
+
+
+def profile_search(dec: BeamDecoder, graphs: bool, out: Path, top: int = 40) -> str:
+    """Where one whole beam search spends its time, per kernel (torch.profiler; on a GPU the CUDA activity,
+    graph replays included where CUPTI traces them). Not a timer: profiling adds overhead; the table is for
+    deciding what to optimise, and is written to `out`."""
+    from torch.profiler import ProfilerActivity, profile
+    on_gpu = dec.model.device.type == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if on_gpu else [])
+    with profile(activities=acts) as prof:
+        dec.run(use_graphs=graphs)
+        if on_gpu:
+            torch.cuda.synchronize()
+    keys = ("self_device_time_total", "self_cuda_time_total") if on_gpu else ("self_cpu_time_total",)
+    table = None
+    for key in keys:
+        try:
+            table = prof.key_averages().table(sort_by=key, row_limit=top)
+            break
+        except (AttributeError, KeyError, ValueError):
+            continue
+    table = table or prof.key_averages().table(row_limit=top)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(table)
+    return table
 
 
 def _side(ctx, row: dict, dec: BeamDecoder, rec: dict | None) -> dict:
@@ -303,6 +332,8 @@ def main(argv=None) -> int:
     ap.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
                     help="torch.compile the non-recurrent ops (auto: on a GPU)")
     ap.add_argument("--table-only", action="store_true", help="print the table from the CSV; run nothing")
+    ap.add_argument("--profile", default=None, metavar="DIR",
+                    help="also write a per-kernel time table of one search per cell into DIR")
     args = ap.parse_args(argv)
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -321,7 +352,7 @@ def main(argv=None) -> int:
     git = git_commit()
     write_env(results_dir / "env" / f"{run_id}.json", {"runner": "artifact.fullmodel_bench", "argv": vars(args)})
     cfg = {"full_model": {"model": args.model, "checkpoint": args.checkpoint, "repeats": args.repeats,
-                          "warmup": args.warmup, "cpu": args.cpu,
+                          "warmup": args.warmup, "cpu": args.cpu, "profile": args.profile,
                           "compile": {"auto": None, "on": True, "off": False}[args.compile]}}
     ctx = SimpleNamespace(device=device, tolerance=args.tolerance, time_it=device.type == "cuda", run_id=run_id,
                           git_commit=git, results_dir=results_dir, started=lambda c: print(

@@ -314,6 +314,18 @@ def test_run_cells_on_cpu_rows(tmp_path):
         list(run_cells({"full_model": {"repeat": 3}}, cells[:1], ctx))
 
 
+def test_profile_writes_a_per_kernel_table(tmp_path):
+    from artifact.fullmodel_bench import run_cells
+    ctx = SimpleNamespace(device=torch.device("cpu"), tolerance=DEFAULT_TOLERANCE, time_it=False,
+                          results_dir=tmp_path, started=lambda c: None)
+    cells = _cells(["reference_fullstate"], Ts=(2,))
+    rows = list(run_cells({"full_model": {"model": "tiny", "cpu": True, "profile": str(tmp_path / "prof")}},
+                          cells, ctx))
+    assert rows[0]["status"] == "ok", rows[0]
+    (table,) = (tmp_path / "prof").glob("reference_fullstate_*_O3.txt")
+    assert "aten::" in table.read_text() and "Self CPU" in table.read_text()
+
+
 def test_triton_paths_in_the_pipeline_under_the_interpreter():
     """onela (ancestry) and controlled_fullstate (copies) in the full pipeline: the gate passes and both follow
     the same beams as FP32 FullState (run by the Triton interpreter on CPU hosts)."""
