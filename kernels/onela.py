@@ -233,7 +233,7 @@ class OneLAStepper(Stepper):
         self.store = GtrStore(geometry, R, W, T, device=device)
         self.anc = torch.zeros(2, R, W, T, dtype=torch.int32, device=device)
         self.coef = torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
-        self.config = config
+        self.config = {**launch_config(geometry.k, geometry.v, W), **(config or {})}   # tiles, fixed per decode
 
     def reset(self, s_ctx, tail=None):
         self.s_ctx = check_reset(self, s_ctx, tail)
@@ -241,7 +241,7 @@ class OneLAStepper(Stepper):
     def step(self, t, q, k, v, g, beta, parents, out):
         geo, R, W = self.geometry, self.R, self.W
         check_step(self, t, q, k, v, g, beta, parents, out)
-        cfg = {**launch_config(geo.k, geo.v, W), **(self.config or {})}
+        cfg = self.config
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
         _onela_prep_kernel[(triton.cdiv(W, cfg["BB_PREP"]), R * geo.hk)](
             q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,

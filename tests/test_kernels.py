@@ -27,8 +27,8 @@ SMALL = [  # (geometry, R, W, T): W not a power of two, T = 1, HV = 4 HK, K != V
 CPU_REL_TOL, GPU_REL_TOL = 8e-3, 4e-3   # tiny K: |delta| (k.q) is large, so bf16 records cost ~0.5%
 
 
-def _run(stepper_cls, wl, out_dtype=torch.float32):
-    st = stepper_cls(wl.geometry, wl.R, wl.W, wl.T, wl.device)
+def _run(stepper_cls, wl, out_dtype=torch.float32, *ctor_args):
+    st = stepper_cls(wl.geometry, wl.R, wl.W, wl.T, wl.device, *ctor_args)   # ctor_args: e.g. a config
     out = torch.full((wl.T, wl.R, wl.W, wl.geometry.hv, wl.geometry.v), math.nan, dtype=out_dtype,
                      device=wl.device)
     st.reset(wl.s_ctx)
@@ -60,14 +60,7 @@ def test_onela_k_chunked_projection_is_the_same_math(bk, stages, device):
     """The main kernel's K-chunked projection (config BK < K, a tuning option) gives the one-tile outputs."""
     geo, R, W, T = SMALL[1]                                    # K = 32: two chunks of 16
     wl = make_workload(geo, R, W, T, lineage="beam", seed=5, device=device, prompt_len=16)
-    outs = []
-    for cfg in (None, {"BK": bk, "k_stages": stages}):
-        st = OneLAStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, cfg)
-        out = torch.full((wl.T, wl.R, wl.W, geo.hv, geo.v), math.nan, dtype=torch.float32, device=device)
-        st.reset(wl.s_ctx)
-        for t in range(wl.T):
-            st.step(t, wl.q[t], wl.k[t], wl.v[t], wl.g[t], wl.beta[t], wl.parents[t], out[t])
-        outs.append(out)
+    outs = [_run(OneLAStepper, wl, torch.float32, cfg)[1] for cfg in (None, {"BK": bk, "k_stages": stages})]
     assert torch.isfinite(outs[1]).all()
     # the same bf16 products summed in another order; that can flip a bf16 record's rounding (~1e-5 of |o|)
     assert (outs[0] - outs[1]).abs().max().item() <= 2e-4 * outs[0].abs().max().item()
