@@ -39,6 +39,19 @@ class SweepFailed(RuntimeError):
     """Raised at the end of a multirun job that has failed cells, so Hydra's exit status is non-zero."""
 
 
+def pin_visible_gpu(gpu: int) -> None:
+    """Make physical GPU `gpu` this process's only visible device (CUDA_VISIBLE_DEVICES), before CUDA starts.
+
+    One job per GPU then cannot touch another job's GPU, also through a framework kernel that assumes device 0.
+    An existing CUDA_VISIBLE_DEVICES list is indexed, so a launcher given GPUs "4,5" pins job 1 to GPU 5."""
+    visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if visible and gpu >= len(visible):
+        raise ConfigError(f"config key hardware.gpu={gpu!r}: CUDA_VISIBLE_DEVICES={','.join(visible)!r} "
+                          f"has {len(visible)} GPU(s)")
+    os.environ["CUDA_VISIBLE_DEVICES"] = visible[gpu].strip() if visible else str(gpu)
+    os.environ["ONELA_PINNED_GPU"] = str(gpu)
+
+
 def resolve_device(hw) -> "torch.device":
     import torch
     want = hw.device
@@ -48,10 +61,14 @@ def resolve_device(hw) -> "torch.device":
         # Triton kernels must run under the interpreter on a CPU host; set before anything imports triton.
         os.environ.setdefault("TRITON_INTERPRET", "1")
         return torch.device("cpu")
+    if hw.gpu is not None and not torch.cuda.is_initialized():
+        pin_visible_gpu(hw.gpu)
     if not torch.cuda.is_available():
         raise ConfigError(f"config key hardware.device={hw.device!r}: no CUDA GPU on this host")
     n = torch.cuda.device_count()
     idx = torch.cuda.current_device() if hw.gpu is None else hw.gpu
+    if hw.gpu is not None and os.environ.get("ONELA_PINNED_GPU") == str(hw.gpu):
+        idx = 0                                   # the only visible device is the assigned one
     if idx >= n:
         raise ConfigError(f"config key hardware.gpu={hw.gpu!r}: this host has {n} GPU(s)")
     torch.cuda.set_device(idx)
@@ -136,6 +153,7 @@ def _make_context(cfg, spec: SweepSpec, device, results_dir: Path) -> RunContext
     run_id = _new_run_id(spec)
     commit = os.environ.get("ONELA_GIT_COMMIT") or git_commit()
     extra = {"run_id": run_id, "suite": spec.suite, "device": str(device), "assigned_gpu": cfg.hardware.gpu,
+             "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "shard": {"index": spec.shard_index, "count": spec.shard_count}, "ceilings": ceilings,
              "timer": OmegaConf.to_container(cfg.timer), "tolerance": spec.tolerance,
              "triton_interpret": os.environ.get("TRITON_INTERPRET", ""), "argv": sys.argv,

@@ -212,6 +212,21 @@ def test_joblib_shards_merge_into_the_same_cells_as_one_run(tmp_path):
     assert key(read_rows(sharded / "results" / "smoke.csv")) == key(read_rows(one / "results" / "smoke.csv"))
 
 
+def test_a_jobs_gpu_is_pinned_through_cuda_visible_devices(monkeypatch):
+    """Job i sees only GPU i (of the launcher's own CUDA_VISIBLE_DEVICES list when one is set)."""
+    from sweeps.run import ConfigError, pin_visible_gpu
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.delenv("ONELA_PINNED_GPU", raising=False)     # so monkeypatch restores both afterwards
+    pin_visible_gpu(1)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1" and os.environ["ONELA_PINNED_GPU"] == "1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5")
+    pin_visible_gpu(1)
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4")
+    with pytest.raises(ConfigError, match=r"hardware.gpu=1.*CUDA_VISIBLE_DEVICES='4'"):
+        pin_visible_gpu(1)
+
+
 # ---------------------------------------------------------------- failures, budget, redo (in process)
 
 class _Path(DecodePath):
