@@ -48,12 +48,19 @@ def pin_visible_gpu(gpu: int) -> None:
     if visible and gpu >= len(visible):
         raise ConfigError(f"config key hardware.gpu={gpu!r}: CUDA_VISIBLE_DEVICES={','.join(visible)!r} "
                           f"has {len(visible)} GPU(s)")
+    os.environ["ONELA_CVD_BEFORE_PIN"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     os.environ["CUDA_VISIBLE_DEVICES"] = visible[gpu].strip() if visible else str(gpu)
     os.environ["ONELA_PINNED_GPU"] = str(gpu)
 
 
 def resolve_device(hw) -> "torch.device":
+    """The run's device. hardware.gpu=i pins physical GPU i through CUDA_VISIBLE_DEVICES *before* anything
+    asks CUDA for its devices (torch.cuda.is_available() starts the driver, which then ignores a later
+    change); if CUDA had already started in this process the pin cannot take, and GPU i is selected by index
+    instead. os.environ["ONELA_GPU_PINNING"] says which happened (the env record keeps it)."""
     import torch
+    if hw.gpu is not None and hw.device != "cpu":
+        pin_visible_gpu(hw.gpu)
     want = hw.device
     if want == "auto":
         want = "cuda" if torch.cuda.is_available() else "cpu"
@@ -61,14 +68,22 @@ def resolve_device(hw) -> "torch.device":
         # Triton kernels must run under the interpreter on a CPU host; set before anything imports triton.
         os.environ.setdefault("TRITON_INTERPRET", "1")
         return torch.device("cpu")
-    if hw.gpu is not None and not torch.cuda.is_initialized():
-        pin_visible_gpu(hw.gpu)
     if not torch.cuda.is_available():
         raise ConfigError(f"config key hardware.device={hw.device!r}: no CUDA GPU on this host")
     n = torch.cuda.device_count()
-    idx = torch.cuda.current_device() if hw.gpu is None else hw.gpu
-    if hw.gpu is not None and os.environ.get("ONELA_PINNED_GPU") == str(hw.gpu):
+    if hw.gpu is None:
+        idx = torch.cuda.current_device()
+    elif n == 1 and os.environ.get("ONELA_PINNED_GPU") == str(hw.gpu):
         idx = 0                                   # the only visible device is the assigned one
+        os.environ["ONELA_GPU_PINNING"] = "CUDA_VISIBLE_DEVICES"
+    else:
+        idx = hw.gpu                              # CUDA started before the pin: select by index
+        before = os.environ.pop("ONELA_CVD_BEFORE_PIN", "")   # and child processes see what this one sees
+        if before:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
+        else:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        os.environ["ONELA_GPU_PINNING"] = "torch.cuda.set_device (CUDA had started before the pin)"
     if idx >= n:
         raise ConfigError(f"config key hardware.gpu={hw.gpu!r}: this host has {n} GPU(s)")
     torch.cuda.set_device(idx)
@@ -76,6 +91,14 @@ def resolve_device(hw) -> "torch.device":
     if hw.expect_gpu and hw.expect_gpu not in name:
         raise ConfigError(f"config key hardware.expect_gpu={hw.expect_gpu!r}: GPU {idx} is {name!r}")
     return torch.device("cuda", idx)
+
+
+def _gpu_uuid(device) -> str | None:
+    """The physical GPU's UUID, so two shards' env records prove they ran on different GPUs."""
+    if device.type != "cuda":
+        return None
+    import torch
+    return str(getattr(torch.cuda.get_device_properties(device), "uuid", "")) or None
 
 
 def _new_run_id(spec: SweepSpec) -> str:
@@ -154,6 +177,7 @@ def _make_context(cfg, spec: SweepSpec, device, results_dir: Path) -> RunContext
     commit = os.environ.get("ONELA_GIT_COMMIT") or git_commit()
     extra = {"run_id": run_id, "suite": spec.suite, "device": str(device), "assigned_gpu": cfg.hardware.gpu,
              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+             "gpu_pinning": os.environ.get("ONELA_GPU_PINNING"), "gpu_uuid": _gpu_uuid(device),
              "shard": {"index": spec.shard_index, "count": spec.shard_count}, "ceilings": ceilings,
              "timer": OmegaConf.to_container(cfg.timer), "tolerance": spec.tolerance,
              "triton_interpret": os.environ.get("TRITON_INTERPRET", ""), "argv": sys.argv,

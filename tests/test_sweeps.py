@@ -227,6 +227,39 @@ def test_a_jobs_gpu_is_pinned_through_cuda_visible_devices(monkeypatch):
         pin_visible_gpu(1)
 
 
+class _Hw:
+    def __init__(self, gpu, device="auto"):
+        self.gpu, self.device, self.expect_gpu = gpu, device, "H200"
+
+
+def _fake_cuda(monkeypatch, count: int, seen: list):
+    for var in ("CUDA_VISIBLE_DEVICES", "ONELA_PINNED_GPU", "ONELA_GPU_PINNING", "ONELA_CVD_BEFORE_PIN"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: seen.append(os.environ.get("CUDA_VISIBLE_DEVICES"))
+                        or True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: count)
+    monkeypatch.setattr(torch.cuda, "set_device", lambda i: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i: "NVIDIA H200")
+
+
+def test_the_pin_comes_before_cuda_is_first_asked_for_devices(monkeypatch):
+    """Regression: is_available() starts the CUDA driver, which ignores a later CUDA_VISIBLE_DEVICES; the pin
+    came after it, so both joblib shards ran on GPU 0 (run 2026-11-30, two processes on one GPU)."""
+    seen: list = []
+    _fake_cuda(monkeypatch, count=1, seen=seen)
+    assert sweep_run.resolve_device(_Hw(gpu=1)) == torch.device("cuda", 0)
+    assert seen and seen[0] == "1"                                   # already pinned when CUDA was asked
+    assert os.environ["ONELA_GPU_PINNING"] == "CUDA_VISIBLE_DEVICES"
+
+
+def test_a_pin_that_cannot_take_selects_the_gpu_by_index(monkeypatch):
+    seen: list = []
+    _fake_cuda(monkeypatch, count=2, seen=seen)                      # CUDA had started: both GPUs visible
+    assert sweep_run.resolve_device(_Hw(gpu=1)) == torch.device("cuda", 1)
+    assert os.environ["ONELA_GPU_PINNING"].startswith("torch.cuda.set_device")
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ                  # children see what this process sees
+
+
 # ---------------------------------------------------------------- failures, budget, redo (in process)
 
 class _Path(DecodePath):
