@@ -112,6 +112,8 @@ def load_results(results_dir: str | Path = "results") -> Results:
     suites = {s: load_suite(root, s) for s in SUITES}
     env = {}
     for f in sorted((root / "env").glob("*.json")):
+        if "." in f.stem:                  # a side file (<run_id>.traffic.json, .wall.json), not an env record
+            continue
         try:
             env[f.stem] = json.loads(f.read_text())
         except (OSError, json.JSONDecodeError) as e:
