@@ -52,6 +52,13 @@ def path_tolerance(path, tolerance: float) -> float:
     return max(tolerance, getattr(path, "gate_tolerance", 0.0))
 
 
+def gate_note(path_name: str, applied: float, run_tolerance: float) -> str:
+    """What a row's reason says when a path was gated at its own tolerance, not the run's ("" when the same)."""
+    if applied == run_tolerance:
+        return ""
+    return f"gated at {path_name}'s documented tolerance {applied:.2e}, not the run's {run_tolerance:.2e}"
+
+
 def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> float:
     """max |out - ref| in fp64; NaN/Inf anywhere (e.g. an unwritten poisoned element) gives inf."""
     if out.shape != ref.shape:

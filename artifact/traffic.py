@@ -506,15 +506,19 @@ def measure_cell(cell: dict, opts: TrafficOptions, workdir: Path, calibrations: 
            "written_bytes": c.get("written_bytes", ""), "flops": _num(c.get("flops")),
            "compulsory_bytes": _num(c.get("compulsory_bytes")), "max_abs_err": _num(c.get("max_abs_err")),
            "timer": "", "dram_read_bytes": "", "dram_write_bytes": ""}
+    gate = ""
+    if c.get("tolerance") is not None and cell.get("tolerance") not in (None, ""):
+        from artifact.measure import gate_note
+        gate = gate_note(cell_json["path"], float(c["tolerance"]), float(cell["tolerance"]))
     if outcome.status != "ok":
-        row["reason"] = outcome.message
+        row["reason"] = "; ".join(n for n in (gate, outcome.message) if n)
     else:
         row["dram_read_bytes"], row["dram_write_bytes"] = round(outcome.read), round(outcome.write)
         if used.name not in calibrations:
             calibrations[used.name] = calibrate(used, opts, workdir, device)
             if on_calibration:
                 on_calibration(calibrations)
-        notes = [f"method {used.name}", f"{outcome.kernels} kernels" if outcome.kernels else "",
+        notes = [gate, f"method {used.name}", f"{outcome.kernels} kernels" if outcome.kernels else "",
                  outcome.message, calibration_note(calibrations[used.name]),
                  f"flops {c.get('flops_source', '?')}",
                  "" if census is not None else

@@ -17,7 +17,8 @@ from typing import Iterator
 
 import torch
 
-from artifact.measure import check_and_time, cuda_context_alive, floor_ms, free_device_memory, path_tolerance
+from artifact.measure import (check_and_time, cuda_context_alive, floor_ms, free_device_memory, gate_note,
+                              path_tolerance)
 from artifact.paths import get_path
 from artifact.reference import fullstate_decode
 from artifact.workload import Geometry, Shape, make_workload
@@ -103,9 +104,9 @@ def _run_cell(cell: dict, path, wl, ref, ctx: RunContext) -> dict:
     row = _row(cell, res.status, res.reason, max_abs_err=res.max_abs_err, latency_ms=res.latency_ms,
                p20_ms=res.p20_ms, p80_ms=res.p80_ms, timer=res.timer, persistent_bytes=res.persistent_bytes,
                written_bytes=res.written_bytes)
-    if tolerance != ctx.tolerance:
-        row["reason"] = one_line(f"gated at {path.name}'s documented tolerance {tolerance:.2e}, not the run's "
-                                 f"{ctx.tolerance:.2e}; {row['reason'] or ''}".strip("; "))
+    note = gate_note(path.name, tolerance, ctx.tolerance)
+    if note:
+        row["reason"] = one_line(f"{note}; {row['reason'] or ''}".strip("; "))
     try:
         cost = path.cost(wl)
     except Exception as e:  # noqa: BLE001 - a broken cost model must not hide a measured latency

@@ -255,6 +255,23 @@ def test_measure_cell_row_names_the_method_its_calibration_and_earlier_failures(
     assert side["attempt"] == "ncu-kernel-retry" and side["census"] == census
 
 
+def test_measure_cell_reason_names_a_paths_own_gate(tmp_path, monkeypatch):
+    """Like the operator suite: a path checked at its own documented tolerance says so in the row's reason."""
+    child = {"status": "ok", "persistent_bytes": 10, "written_bytes": 5, "flops": 4.0, "flops_source": "cost()",
+             "compulsory_bytes": 9.0, "max_abs_err": 6e-4, "tolerance": 1e-3}
+    monkeypatch.setattr(traffic, "_census", lambda *a: ({"kernels": ["k"], "copies": []}, None))
+    monkeypatch.setattr(traffic, "run_attempt", lambda attempt, args, *a, **k: Outcome(
+        "ok", 8.0, 2.0, kernels=1, child=child if "--cell" in args else {"expected_read": 8, "expected_write": 2}))
+    cell = {"suite": "traffic", "path": "vllm_replayssm", "geometry": "qwen3_5_0_8b", "R": 4, "W": 512, "T": 2,
+            "prompt_len": 1024, "lineage": "beam", "seed": 0, "config_hash": "h2", "tolerance": 4.88e-4}
+    row = traffic.measure_cell(cell, TrafficOptions(calibrate_bytes=(8,)), tmp_path, {})
+    assert row["status"] == "ok"
+    assert row["reason"].startswith("gated at vllm_replayssm's documented tolerance 1.00e-03, not the run's 4.88e-04;")
+    child.update(tolerance=4.88e-4)
+    row = traffic.measure_cell(cell, TrafficOptions(calibrate_bytes=(8,)), tmp_path, {})
+    assert row["reason"].startswith("method ")                   # the run's own gate: nothing to say
+
+
 # ---------------------------------------------------------------- FLOPs
 
 def test_analytic_flops_by_hand_on_a_tiny_shape():
