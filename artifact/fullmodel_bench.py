@@ -223,6 +223,7 @@ def _measure(cell, settings, inputs, ctx, model, side: list, graphs: bool, compi
         else:
             row["timer"] = "none (CPU: correctness only)" if not on_gpu else "not timed"
             side.append(_side(ctx, row, dec, None))
+        _add_floor(row, cell, dec, result, ctx)
         if settings.profile:
             name = f"{cell['path']}_R{cell['R']}_W{cell['W']}_L{cell['prompt_len']}_O{cell['T'] + 1}.txt"
             profile_search(dec, graphs, Path(settings.profile) / name)
@@ -233,6 +234,18 @@ def _measure(cell, settings, inputs, ctx, model, side: list, graphs: bool, compi
         if compile and type(e).__module__.startswith(("torch._dynamo", "torch._inductor")):
             inputs.compile_error = " ".join(f"{type(e).__name__}: {e}".split())[:160]
         return _row(cell, "failed", f"{type(e).__name__}: {e}")
+
+
+def _add_floor(row: dict, cell: dict, dec: BeamDecoder, result, ctx) -> None:
+    """compulsory_bytes / flops / floor_ms / floor_bound of this search (artifact.model.cost); a cost model
+    that raises is noted in the reason and never hides the measured latency."""
+    from artifact.model.cost import decode_floor
+    try:
+        tail = getattr(dec.steppers[0], "replay_tail_len", None) if dec.steppers else None
+        row.update(decode_floor(dec.model, get_path(cell["path"]), cell["R"], cell["W"], cell["T"],
+                                cell["prompt_len"], result.parents, getattr(ctx, "ceilings", None), tail_len=tail))
+    except Exception as e:  # noqa: BLE001
+        row["reason"] = " ".join(f"{row.get('reason', '')} floor: {type(e).__name__}: {e}".split())
 
 
 def profile_search(dec: BeamDecoder, graphs: bool, out: Path, top: int = 40) -> str:

@@ -144,6 +144,36 @@ def fullstate_decode(wl: Workload, dtype=torch.float32) -> torch.Tensor:
     return torch.cat(outs, dim=1)
 
 
+def token_input_bytes(geometry: Geometry, elem: int = 2) -> int:
+    """q, k, v of one token (input dtype) plus its fp32 g and beta, all heads."""
+    g = geometry
+    return elem * (2 * g.hk * g.k + g.hv * g.v) + 8 * g.hv
+
+
+def token_flops(geometry: Geometry) -> int:
+    """One token's recurrent update and output, all value heads (S k, S q: 2 x 2VK; rank-1 update with decay:
+    3VK; o and delta: 2V), plus the q/k L2 norms."""
+    g = geometry
+    return g.hv * (7 * g.v * g.k + 2 * g.v) + 2 * g.hk * 3 * g.k
+
+
+def fullstate_cost(wl, extra_state_copies: int = 0) -> dict:
+    """Compulsory bytes and FLOPs of the FullState algorithm (the roofline floor of every FullState path).
+
+    Step 0 reads each request's s_ctx once (R states: every first beam's parent is the prompt) and writes N =
+    R*W states; each later step reads N parent states and writes N. Per beam and step also its token's inputs,
+    its parent index and its output o. `extra_state_copies` counts whole-state gathers per beam and step (read
+    + write) that a framework's kernel interface forces on top (SGLang's, TRT-LLM's in-place slot update).
+    (Before 2026-11-30 step 0 was counted as N reads, which put the floor above measured FullState times.)"""
+    geo, T, R, N = wl.geometry, wl.T, wl.R, wl.R * wl.W
+    sb, elem = geo.state_bytes, wl.q.element_size()
+    per_beam_io = token_input_bytes(geo, elem) + geo.hv * geo.v * elem + 4
+    nbytes = 0
+    for t in range(T):
+        nbytes += (R if t == 0 else N) * sb + N * sb + N * 2 * sb * extra_state_copies + N * per_beam_io
+    return {"compulsory_bytes": nbytes, "flops": T * N * token_flops(geo), "rate": "fp32_flop_per_s"}
+
+
 def _gather_beams(x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
     """x: [R, W, ...], slot: [R, W] -> x[r, slot[r, b], ...]."""
     idx = slot.long().reshape(*slot.shape, *([1] * (x.dim() - 2))).expand(*slot.shape, *x.shape[2:])

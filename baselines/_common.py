@@ -10,6 +10,8 @@ import os
 
 import torch
 
+from artifact.reference import token_flops, token_input_bytes
+
 CUDA_GRID_YZ_MAX = 65535      # CUDA's limit on gridDim.y and gridDim.z
 
 
@@ -48,28 +50,6 @@ def grid_reason(n_programs: int, what: str) -> str | None:
         return (f"not natively supported: {what} = {n_programs} > {CUDA_GRID_YZ_MAX}, the CUDA launch-grid limit "
                 f"of the axis the framework puts it on")
     return None
-
-
-def token_input_bytes(geometry, elem: int = 2) -> int:
-    """q, k, v of one token (input dtype) plus its fp32 g and beta, all heads."""
-    g = geometry
-    return elem * (2 * g.hk * g.k + g.hv * g.v) + 8 * g.hv
-
-
-def token_flops(geometry) -> int:
-    """One token's recurrent update and output, all value heads (plus the q/k L2 norms)."""
-    g = geometry
-    return g.hv * (7 * g.v * g.k + 2 * g.v) + 2 * g.hk * 3 * g.k
-
-
-def fullstate_cost(wl, extra_state_copies: int = 0) -> dict:
-    """FullState: every beam reads its parent's state and writes its own each step; `extra_state_copies`
-    counts full-state gathers per beam per step (read + write) that a path pays on top."""
-    geo, N = wl.geometry, wl.R * wl.W
-    sb, elem = geo.state_bytes, wl.q.element_size()
-    per_step = N * (2 * sb * (1 + extra_state_copies) + token_input_bytes(geo, elem) + geo.hv * geo.v * elem)
-    return {"compulsory_bytes": wl.T * per_step + 2 * wl.R * sb, "flops": wl.T * N * token_flops(geo),
-            "rate": "fp32_flop_per_s"}
 
 
 def replay_cost(wl, tail_len: int = 0) -> dict:

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from artifact.paths import Stepper, StepperPath
+from artifact.reference import fullstate_cost
 from baselines import _common, _load
 
 PACK_SPEC = {
@@ -157,4 +158,4 @@ class FlashInferFullStatePath(StepperPath):
                                          "the two-pool FullState state pool"))
 
     def cost(self, wl):
-        return _common.fullstate_cost(wl)
+        return fullstate_cost(wl)

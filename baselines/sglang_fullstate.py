@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 
 from artifact.paths import Stepper, StepperPath
+from artifact.reference import fullstate_cost
 from baselines import _common, _load
 
 PACK_SPEC = {
@@ -119,4 +120,4 @@ class SglangFullStatePath(StepperPath):
                                          "the two FullState pools"))
 
     def cost(self, wl):
-        return _common.fullstate_cost(wl, extra_state_copies=1)
+        return fullstate_cost(wl, extra_state_copies=1)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import torch
 
 from artifact.paths import Stepper, StepperPath
+from artifact.reference import token_input_bytes
 from baselines import _common, _load
 from baselines.sglang_fullstate import sglang_reason
 
@@ -161,7 +162,7 @@ class SglangReplaySSMPath(StepperPath):
         geo, N = wl.geometry, wl.R * wl.W
         sb, elem = geo.state_bytes, wl.q.element_size()
         record = 4 * (geo.hv * geo.v + geo.hk * geo.k + geo.hv)
-        tok = _common.token_input_bytes(geo, elem)
+        tok = token_input_bytes(geo, elem)
         nbytes = wl.R * sb + N * sb                       # checkpoint loaded into every beam's slot
         flops = 0
         for t in range(wl.T):

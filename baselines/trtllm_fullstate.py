@@ -37,6 +37,7 @@ import inspect
 import torch
 
 from artifact.paths import Stepper, StepperPath
+from artifact.reference import fullstate_cost
 from artifact.workload import l2norm
 from baselines import _common, _load
 
@@ -194,4 +195,4 @@ class TrtllmFullStatePath(StepperPath):
                                          "the two FullState pools"))
 
     def cost(self, wl):
-        return _common.fullstate_cost(wl, extra_state_copies=1)
+        return fullstate_cost(wl, extra_state_copies=1)

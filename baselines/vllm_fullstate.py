@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 
 from artifact.paths import Stepper, StepperPath
+from artifact.reference import fullstate_cost
 from baselines import _common, _load
 
 PACK_SPEC = {
@@ -118,4 +119,4 @@ class VllmFullStatePath(StepperPath):
                                          "the two-pool FullState state pool"))
 
     def cost(self, wl):
-        return _common.fullstate_cost(wl)
+        return fullstate_cost(wl)

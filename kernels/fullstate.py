@@ -14,6 +14,7 @@ import triton
 import triton.language as tl
 
 from artifact.paths import Stepper, StepperPath
+from artifact.reference import fullstate_cost
 from kernels.onela import check_reset, check_step, onela_supports
 
 
@@ -94,17 +95,6 @@ class ControlledFullStateStepper(Stepper):
 
     def written_bytes(self):
         return self.T * self.R * self.W * self.geometry.state_bytes
-
-
-def fullstate_cost(wl) -> dict:
-    """FullState algorithm: per step every beam reads its parent's state and writes its own (plus inputs and o).
-    FLOPs per beam and value head: S k and S q (2 x 2VK) and the rank-1 update with decay (3VK)."""
-    geo, T, R, W = wl.geometry, wl.T, wl.R, wl.W
-    esz = wl.q.element_size()
-    per_step = R * W * (2 * geo.state_bytes + 2 * geo.hk * geo.k * esz + 2 * geo.hv * geo.v * esz
-                        + geo.hv * 8 + 4)
-    return {"compulsory_bytes": T * per_step, "flops": T * R * W * geo.hv * 7 * geo.v * geo.k,
-            "rate": "fp32_flop_per_s"}
 
 
 class ControlledFullStatePath(StepperPath):

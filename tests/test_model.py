@@ -326,6 +326,50 @@ def test_profile_writes_a_per_kernel_table(tmp_path):
     assert "aten::" in table.read_text() and "Self CPU" in table.read_text()
 
 
+def test_full_model_floor_is_model_part_plus_each_gdn_layers_path_cost():
+    """floor_ms of a full-model cell: weights once per call, logits, prompt + decode K/V, 2 N FLOPs per matrix
+    element, attention; plus the path's own cost() once per GDN layer, each part at its own rate."""
+    from artifact.model.cost import decode_floor, model_part
+    from artifact.paths import get_path
+    from artifact.reference import fullstate_cost
+    m = HybridModel.random(TINY, seed=0)                           # bf16
+    R, W, T, L, N = 2, 4, 3, 9, 8
+    parents = torch.randint(0, W, (T, R, W), generator=torch.Generator().manual_seed(0))
+    nb, nf = model_part(m, R, W, T, L)
+    mats = [t for layer in m.layers for t in layer.values() if t.dim() >= 2] + [m.lm_head]
+    weights = sum(t.numel() * t.element_size() for layer in m.layers for t in layer.values()) \
+        + m.lm_head.numel() * 2 + m.final_norm.numel() * 4
+    kv = 2 * TINY.num_key_value_heads * TINY.head_dim * 2
+    n_attn = len(TINY.attn_layers)
+    assert nb == sum(weights + N * TINY.vocab_size * 2 + n_attn * (R * L + N * (t + 1)) * kv for t in range(T))
+    assert nf == sum(2 * N * sum(t.numel() for t in mats)
+                     + n_attn * 4 * N * TINY.num_attention_heads * TINY.head_dim * (L + t + 1) for t in range(T))
+    ceil = {"copy_bytes_per_s": 1e12, "bf16_flop_per_s": 1e15, "tf32_flop_per_s": 1e14, "fp32_flop_per_s": 1e13}
+    wl = SimpleNamespace(geometry=TINY.geometry, R=R, W=W, T=T, parents=parents, q=torch.empty(0, dtype=m.dtype))
+    rec = fullstate_cost(wl)
+    d = decode_floor(m, get_path("controlled_fullstate"), R, W, T, L, parents, ceil)
+    n_gdn = len(TINY.gdn_layers)
+    assert d["compulsory_bytes"] == nb + n_gdn * rec["compulsory_bytes"]
+    t_mem = d["compulsory_bytes"] / 1e12 * 1e3
+    t_flop = (nf / 1e15 + n_gdn * rec["flops"] / 1e13) * 1e3
+    assert d["floor_ms"] == pytest.approx(max(t_mem, t_flop))
+    onela = decode_floor(m, get_path("onela"), R, W, T, L, parents, ceil)
+    assert onela["compulsory_bytes"] < d["compulsory_bytes"]        # no per-beam states
+    assert decode_floor(m, get_path("reference_replay"), R, W, T, L, parents, ceil) == {}   # no cost(): none
+
+
+def test_full_model_rows_carry_their_floor():
+    from artifact.fullmodel_bench import run_cells
+    pytest.importorskip("kernels.onela")
+    ceil = {"copy_bytes_per_s": 4e12, "bf16_flop_per_s": 7e14, "tf32_flop_per_s": 3.6e14, "fp32_flop_per_s": 5e13}
+    ctx = SimpleNamespace(device=torch.device("cpu"), tolerance=DEFAULT_TOLERANCE, time_it=False, ceilings=ceil,
+                          results_dir=None, started=lambda c: None)
+    (row,) = list(run_cells({"full_model": {"model": "tiny", "cpu": True, "recurrent_share": False}},
+                            _cells(["onela"]), ctx))
+    assert row["status"] == "ok", row
+    assert row["floor_ms"] > 0 and row["floor_bound"] and row["compulsory_bytes"] > 0 and row["flops"] > 0
+
+
 def test_triton_paths_in_the_pipeline_under_the_interpreter():
     """onela (ancestry) and controlled_fullstate (copies) in the full pipeline: the gate passes and both follow
     the same beams as FP32 FullState (run by the Triton interpreter on CPU hosts)."""
