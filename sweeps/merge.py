@@ -7,13 +7,14 @@ automatically when every job has ended (MergeShardsCallback).
 """
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
 from sweeps.spec import results_dir_of
-from sweeps.tables import ResultsFileError, merge_shards
+from sweeps.tables import ResultsFileError, merge_shards, read_rows
 
 ARGS = ("suite", "results_dir")
 
@@ -30,13 +31,28 @@ def parse_args(argv: list[str]) -> dict:
     return args
 
 
+def wall_report(results_dir: Path, suite: str) -> str:
+    """Each run behind results/<suite>.csv with its wall time (env/<run_id>.wall.json): the N-GPU wall time of
+    a sharded multirun is the longest of its shards' runs, against one GPU's single run (issue 9)."""
+    runs: dict[str, int] = {}
+    for r in read_rows(results_dir / f"{suite}.csv"):
+        runs[r["run_id"]] = runs.get(r["run_id"], 0) + 1
+    lines = []
+    for run_id, n in sorted(runs.items()):
+        f = results_dir / "env" / f"{run_id}.wall.json"
+        wall = json.loads(f.read_text())["wall_s"] if f.exists() else None
+        lines.append(f"  {run_id}: {n} row(s), " + (f"{wall:.0f} s wall" if wall is not None else "no wall record"))
+    return "\n".join(lines)
+
+
 class MergeShardsCallback(Callback):
     """Hydra callback: after a sharded multirun, merge the shards of the suite it ran."""
 
     def on_multirun_end(self, config, **kwargs) -> None:
         if config.shard.count > 1:
             path, added = merge_shards(results_dir_of(config), config.suite.name)
-            print(f"[sweeps.merge] {added} row(s) merged into {path}")
+            print(f"[sweeps.merge] {added} row(s) merged into {path}; its runs:\n"
+                  f"{wall_report(results_dir_of(config), config.suite.name)}")
 
 
 def main(argv: list[str]) -> int:
@@ -46,7 +62,8 @@ def main(argv: list[str]) -> int:
     except (ValueError, ResultsFileError) as e:
         print(f"[sweeps.merge] {e}", file=sys.stderr)
         return 1
-    print(f"[sweeps.merge] {added} row(s) merged into {path}")
+    print(f"[sweeps.merge] {added} row(s) merged into {path}; its runs:\n"
+          f"{wall_report(Path(args['results_dir']), args['suite'])}")
     return 0
 
 

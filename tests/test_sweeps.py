@@ -214,6 +214,7 @@ def test_joblib_shards_merge_into_the_same_cells_as_one_run(tmp_path):
     envs = [json.loads(f.read_text()) for f in (sharded / "results" / "env").glob("*.json")
             if "." not in f.stem]                                     # not the .wall.json side files
     assert sorted(e["assigned_gpu"] for e in envs) == [0, 1]   # each job its own (here fake) device id
+    assert p.stdout.count(" s wall") == 2 and "row(s) merged" in p.stdout   # each shard run's wall time
     cfg = cfg_of("suite=smoke", "path=[reference_replay]", f"results_dir={one / 'results'}", "progress=false")
     assert run_sweep(cfg) == EXIT_OK
     key = lambda rows: sorted((r["config_hash"], r["status"], r["path"], r["T"]) for r in rows)  # noqa: E731
