@@ -114,7 +114,7 @@ def draw(res: Results):
     has_floor = _latency(axes[0], res)
     _bytes(axes[1], res)
     _traffic(axes[2], res)
-    handles, labels = {}, {}
+    handles = {}
     # vertical labels need more room; (c)'s ("16,000 MiB, AI 1.2") most
     for ax, factor in zip(axes, (10, 10, 40) if many else (4, 4, 4)):
         _headroom(ax, factor)
