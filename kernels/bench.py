@@ -3,9 +3,8 @@
 Prints, for the Qwen3.5-0.8B geometry at W=512, R in {4, 16}, O in {3, 7}: the captured latency of the whole
 T-step decode (one CUDA graph, median of replays), its roofline floor (compulsory bytes / measured copy
 bandwidth vs FLOPs / measured matrix rate) and which bound that is, the max error against FP32 FullState, and
-persistent / written bytes from the real tensors. `--tune` also sweeps the OneLA main kernel's tiles, warps and
-K-chunking (the data behind kernels/NOTES.md; the prep kernel's tiles measured within 2 %, so they are not
-swept). Every timed row passed the correctness gate first.
+persistent / written bytes from the real tensors. `--tune` also sweeps the OneLA main kernel's tiles and warps,
+the prep kernel's beam tile and two K-chunked configs (the data behind kernels/NOTES.md). Every timed row passed the correctness gate first.
 """
 from __future__ import annotations
 
@@ -83,12 +82,18 @@ def main(argv=None) -> int:
         if not args.no_fullstate:
             variants.append(("controlled_fullstate", _ConfiguredFullState()))
         if args.tune:
-            for bb, bv, nw in ((64, 64, 4), (64, 128, 4), (64, 128, 8), (128, 64, 4), (128, 64, 8), (128, 128, 8)):
+            # BB=32: twice the main kernel's programs at half the accumulator registers (R=4 W=512 runs 512
+            # programs at 3 blocks/SM, 1.3 waves: a fuller last wave or more blocks per SM may pay).
+            for bb, bv, nw in ((32, 128, 2), (32, 128, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4), (64, 128, 8),
+                               (128, 64, 4), (128, 64, 8), (128, 128, 8)):
                 cfg = {"BB": bb, "BV": bv, "num_warps": nw}
                 variants.append((f"onela[{bb},{bv},w{nw}]", _ConfiguredOneLA(cfg)))
-            for bb, bv, nw, bk, ks in itertools.product((64,), (128,), (4, 8), (32, 64), (1, 2, 3)):
-                cfg = {"BB": bb, "BV": bv, "num_warps": nw, "BK": bk, "k_stages": ks}
-                variants.append((f"onela[{bb},{bv},w{nw},BK{bk},s{ks}]", _ConfiguredOneLA(cfg)))
+            for bbp in (16, 64):                        # the prep kernel's beam tile (default 32)
+                variants.append((f"onela[prep{bbp}]", _ConfiguredOneLA({"BB_PREP": bbp})))
+            # K-chunking measured slower everywhere at R=4 (NOTES.md); its two best configs stay as a check
+            for bk, ks in ((64, 1), (32, 3)):
+                cfg = {"BB": 64, "BV": 128, "num_warps": 4, "BK": bk, "k_stages": ks}
+                variants.append((f"onela[64,128,w4,BK{bk},s{ks}]", _ConfiguredOneLA(cfg)))
         for name, path in variants:
             try:
                 res = check_and_time(path, wl, ref, DEFAULT_TOLERANCE, warmup_ms=10, rep_ms=50)

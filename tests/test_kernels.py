@@ -66,6 +66,17 @@ def test_onela_k_chunked_projection_is_the_same_math(bk, stages, device):
     assert (outs[0] - outs[1]).abs().max().item() <= 2e-4 * outs[0].abs().max().item()
 
 
+@pytest.mark.parametrize("cfg", [{"BB": 16, "BB_PREP": 16}, {"BB": 16, "BV": 16, "num_warps": 2}])
+def test_onela_tile_configs_give_the_default_outputs(cfg, device):
+    """kernels.bench --tune's beam/value tiles (BB < W: several beam tiles, a partial last one) compute the
+    same outputs as the default tiles."""
+    geo, R, W, T = SMALL[1]
+    wl = make_workload(geo, R, max(W, 20), T, lineage="beam", seed=6, device=device, prompt_len=16)
+    outs = [_run(OneLAStepper, wl, torch.float32, c)[1] for c in (None, cfg)]
+    assert torch.isfinite(outs[1]).all()
+    assert (outs[0] - outs[1]).abs().max().item() <= 2e-4 * outs[0].abs().max().item()
+
+
 def test_onela_records_match_replay_and_never_move(device):
     """The kernel's GTRs equal the reference replay's (to bf16), and a later step never rewrites an earlier one."""
     wl = make_workload(Geometry(2, 4, 16, 16), 2, 9, 4, lineage="beam", seed=7, device=device, prompt_len=16)
