@@ -51,22 +51,33 @@ case "$cmd" in
     exec "$PY" -m plots
     ;;
   gpu-suites)
+    # Every suite runs even if an earlier one recorded a failed cell; the exit status says if any did.
+    # Several GPUs: the operator suite is sharded one job per GPU (launcher=joblib_gpus), then merged.
     ensure_env
-    "$PY" -m sweeps.run suite=operator
-    "$PY" -m sweeps.run suite=recurrent_path
-    "$PY" -m sweeps.run suite=full_model
-    "$PY" -m sweeps.run suite=traffic
+    rc=0
+    n=$("$PY" -c "import torch; print(torch.cuda.device_count())")
+    if [ "$n" -gt 1 ]; then
+      "$PY" -m sweeps.run -m suite=operator launcher=joblib_gpus shard.count="$n" || rc=1
+    else
+      "$PY" -m sweeps.run suite=operator || rc=1
+    fi
+    for suite in recurrent_path full_model traffic; do
+      "$PY" -m sweeps.run suite=$suite || rc=1
+    done
+    exit $rc
     ;;
   reproduce)
     ensure_env
+    rc=0
     if has_gpu; then
       echo "[run_all] GPU found: running every suite, then the figures"
-      "$0" gpu-suites
+      "$0" gpu-suites || rc=$?       # failed cells are recorded rows: draw the figures anyway
     else
       echo "[run_all] no GPU: smoke suite under the Triton interpreter, then figures from committed results"
       "$0" smoke
     fi
     "$0" figures
+    exit $rc
     ;;
   *)
     echo "usage: $0 [test|smoke|figures|gpu-suites]" >&2; exit 2 ;;
