@@ -272,9 +272,10 @@ def test_a_pin_that_cannot_take_selects_the_gpu_by_index(monkeypatch):
 # ---------------------------------------------------------------- failures, budget, redo (in process)
 
 class _Path(DecodePath):
-    """A fake path: `mode` picks how it misbehaves."""
+    """A fake path: `mode` picks how it misbehaves ("oom_once": until the runner has freed memory)."""
 
     capturable = False
+    freed = False
 
     def __init__(self, mode):
         self.mode = mode
@@ -288,7 +289,7 @@ class _Path(DecodePath):
     def run(self, wl):
         if self.mode == "raise":
             raise RuntimeError("kernel exploded")
-        if self.mode == "oom":
+        if self.mode == "oom" or (self.mode == "oom_once" and not _Path.freed):
             raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 80 GiB")
         return self.ref + {"wrong": 1.0, "own_gate": 7e-4}.get(self.mode, 0.0)
 
@@ -325,6 +326,22 @@ def test_failed_unsupported_and_oom_cells_are_recorded_and_exit_nonzero(tmp_path
     out = capsys.readouterr().out
     assert "ok 1, skipped 2 (1 out of memory), failed 2" in out and "FAILED  reference_replay" in out
     assert run_sweep(cfg) == EXIT_FAILED          # recorded failures still fail a re-run that runs nothing
+
+
+def test_an_out_of_memory_cell_is_retried_once_after_freeing_memory(tmp_path, monkeypatch):
+    """No gc pass between a shape's paths; a path that runs out of memory gets one after, and one retry."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    calls = []
+    monkeypatch.setattr(operator_runner, "get_path", lambda name: _Path("oom_once"))
+    monkeypatch.setattr(_Path, "freed", False)
+
+    def free(device):
+        calls.append(device)
+        _Path.freed = True
+    monkeypatch.setattr(operator_runner, "free_device_memory", free)
+    assert run_sweep(_cfg(tmp_path, "path=[onela]")) == EXIT_OK
+    (row,) = read_rows(tmp_path / "r" / "smoke.csv")
+    assert row["status"] == "ok" and len(calls) == 2     # the retry's, and the end of the shape's
 
 
 def test_a_paths_own_gate_applies_without_changing_the_cell(tmp_path, monkeypatch):
