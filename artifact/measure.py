@@ -166,8 +166,11 @@ def measure_ceilings(nbytes: int = 2 << 30, n: int = 8192) -> dict:
     return out
 
 
-def floor_ms(compulsory_bytes: float, flops: float, ceilings: dict, matrix_rate_key: str) -> tuple[float, str]:
-    """max(bytes / copy bandwidth, FLOPs / matrix rate) in ms, and which bound it is."""
+def floor_ms(compulsory_bytes: float, flops, ceilings: dict, matrix_rate_key: str | None = None) -> tuple[float, str]:
+    """max(bytes / copy bandwidth, FLOPs / matrix rate) in ms, and which bound it is. `flops` is a count at
+    `matrix_rate_key`, or {rate key: count} for work at several precisions (their times add)."""
+    parts = flops if isinstance(flops, dict) else {matrix_rate_key: flops}
+    parts = {k: f for k, f in parts.items() if f}
     t_mem = compulsory_bytes / ceilings["copy_bytes_per_s"] * 1e3
-    t_flop = flops / ceilings[matrix_rate_key] * 1e3 if flops else 0.0
-    return (t_mem, "memory") if t_mem >= t_flop else (t_flop, f"compute:{matrix_rate_key}")
+    t_flop = sum(f / ceilings[k] for k, f in parts.items()) * 1e3
+    return (t_mem, "memory") if t_mem >= t_flop else (t_flop, "compute:" + "+".join(parts))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
@@ -34,9 +35,7 @@ def parse_args(argv: list[str]) -> dict:
 def wall_report(results_dir: Path, suite: str) -> str:
     """Each run behind results/<suite>.csv with its wall time (env/<run_id>.wall.json): the N-GPU wall time of
     a sharded multirun is the longest of its shards' runs, against one GPU's single run (issue 9)."""
-    runs: dict[str, int] = {}
-    for r in read_rows(results_dir / f"{suite}.csv"):
-        runs[r["run_id"]] = runs.get(r["run_id"], 0) + 1
+    runs = Counter(r["run_id"] for r in read_rows(results_dir / f"{suite}.csv"))
     lines = []
     for run_id, n in sorted(runs.items()):
         f = results_dir / "env" / f"{run_id}.wall.json"

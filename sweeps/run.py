@@ -39,18 +39,20 @@ class SweepFailed(RuntimeError):
     """Raised at the end of a multirun job that has failed cells, so Hydra's exit status is non-zero."""
 
 
-def pin_visible_gpu(gpu: int) -> None:
+def pin_visible_gpu(gpu: int) -> str:
     """Make physical GPU `gpu` this process's only visible device (CUDA_VISIBLE_DEVICES), before CUDA starts.
 
     One job per GPU then cannot touch another job's GPU, also through a framework kernel that assumes device 0.
-    An existing CUDA_VISIBLE_DEVICES list is indexed, so a launcher given GPUs "4,5" pins job 1 to GPU 5."""
+    An existing CUDA_VISIBLE_DEVICES list is indexed, so a launcher given GPUs "4,5" pins job 1 to GPU 5.
+    Returns the list as it was ("" if unset)."""
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     if visible and gpu >= len(visible):
         raise ConfigError(f"config key hardware.gpu={gpu!r}: CUDA_VISIBLE_DEVICES={','.join(visible)!r} "
                           f"has {len(visible)} GPU(s)")
-    os.environ["ONELA_CVD_BEFORE_PIN"] = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    before = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     os.environ["CUDA_VISIBLE_DEVICES"] = visible[gpu].strip() if visible else str(gpu)
     os.environ["ONELA_PINNED_GPU"] = str(gpu)
+    return before
 
 
 def resolve_device(hw) -> "torch.device":
@@ -59,8 +61,7 @@ def resolve_device(hw) -> "torch.device":
     change); if CUDA had already started in this process the pin cannot take, and GPU i is selected by index
     instead. os.environ["ONELA_GPU_PINNING"] says which happened (the env record keeps it)."""
     import torch
-    if hw.gpu is not None and hw.device != "cpu":
-        pin_visible_gpu(hw.gpu)
+    before = pin_visible_gpu(hw.gpu) if hw.gpu is not None and hw.device != "cpu" else None
     want = hw.device
     if want == "auto":
         want = "cuda" if torch.cuda.is_available() else "cpu"
@@ -78,8 +79,7 @@ def resolve_device(hw) -> "torch.device":
         os.environ["ONELA_GPU_PINNING"] = "CUDA_VISIBLE_DEVICES"
     else:
         idx = hw.gpu                              # CUDA started before the pin: select by index
-        before = os.environ.pop("ONELA_CVD_BEFORE_PIN", "")   # and child processes see what this one sees
-        if before:
+        if before:                                # and child processes see what this one sees
             os.environ["CUDA_VISIBLE_DEVICES"] = before
         else:
             os.environ.pop("CUDA_VISIBLE_DEVICES", None)

@@ -242,7 +242,7 @@ class _Hw:
 
 
 def _fake_cuda(monkeypatch, count: int, seen: list):
-    for var in ("CUDA_VISIBLE_DEVICES", "ONELA_PINNED_GPU", "ONELA_GPU_PINNING", "ONELA_CVD_BEFORE_PIN"):
+    for var in ("CUDA_VISIBLE_DEVICES", "ONELA_PINNED_GPU", "ONELA_GPU_PINNING"):
         monkeypatch.delenv(var, raising=False)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: seen.append(os.environ.get("CUDA_VISIBLE_DEVICES"))
                         or True)

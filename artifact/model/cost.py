@@ -18,9 +18,12 @@ a model of our pipeline.
 from __future__ import annotations
 
 import copy
+from collections import Counter
 from types import SimpleNamespace
 
 import torch
+
+from artifact.measure import floor_ms
 
 RATE_OF_DTYPE = {torch.bfloat16: "bf16_flop_per_s", torch.float16: "bf16_flop_per_s",
                  torch.float32: "tf32_flop_per_s"}
@@ -70,17 +73,14 @@ def recurrent_part(path_obj, model, R: int, W: int, T: int, parents: torch.Tenso
 def decode_floor(model, path_obj, R: int, W: int, T: int, prompt_len: int, parents: torch.Tensor,
                  ceilings: dict | None, tail_len: int | None = None) -> dict:
     """{"compulsory_bytes", "flops", and with ceilings "floor_ms", "floor_bound"} of one search's T calls.
-    The compute time sums the two parts at their own rates (both precisions' units run one after the other
-    in the bound); the floor is the longer of that and the memory time."""
+    The compute time sums the two parts at their own rates (artifact.measure.floor_ms)."""
     m_bytes, m_flops = model_part(model, R, W, T, prompt_len)
     rec = recurrent_part(path_obj, model, R, W, T, parents, tail_len)
     if rec is None:
         return {}
     out = {"compulsory_bytes": m_bytes + rec["compulsory_bytes"], "flops": m_flops + rec["flops"]}
     if ceilings:
-        model_rate = RATE_OF_DTYPE.get(model.dtype, "tf32_flop_per_s")
-        t_mem = out["compulsory_bytes"] / ceilings["copy_bytes_per_s"] * 1e3
-        t_flop = (m_flops / ceilings[model_rate] + rec["flops"] / ceilings[rec["rate"]]) * 1e3
-        out.update(floor_ms=max(t_mem, t_flop),
-                   floor_bound="memory" if t_mem >= t_flop else f"compute:{model_rate}+{rec['rate']}")
+        by_rate = Counter({RATE_OF_DTYPE.get(model.dtype, "tf32_flop_per_s"): m_flops})
+        by_rate[rec["rate"]] += rec["flops"]
+        out["floor_ms"], out["floor_bound"] = floor_ms(out["compulsory_bytes"], dict(by_rate), ceilings)
     return out
