@@ -239,6 +239,13 @@ class VllmReplaySSMPath(StepperPath):
             return why
         if geometry.k > 256:
             return f"not natively supported: K={geometry.k} > 256 (chunk_gated_delta_rule_fwd_h asserts K <= 256)"
+        if geometry.k != geometry.v:
+            # _fused_post_conv_kernel binds mask_2d to [BLOCK_T, BK] in its q/k branch and [BLOCK_T, BV] in its
+            # v branch; Triton rejects a variable whose type differs between the branches of an `if`, so the
+            # kernel does not compile for K != V (119 operator cells of run 0930c0/695a92 failed exactly so).
+            return (f"not natively supported: K={geometry.k} != V={geometry.v} (fused_post_conv_prep's kernel "
+                    "types mask_2d as [BLOCK_T, BK] in one branch and [BLOCK_T, BV] in the other; Triton "
+                    "refuses to compile it unless BK == BV)")
         n, T = shape.R * shape.W, shape.T
         tokens = n * (self.replay_tail_len + T)
         n_chunks = n * -(-(self.replay_tail_len + T) // FLA_CHUNK_SIZE)

@@ -152,6 +152,20 @@ def test_missing_framework_is_a_reason(tmp_path):
             assert "cannot import" in reason, line
 
 
+def test_vllm_replay_declares_k_not_v_unsupported(monkeypatch):
+    """vLLM's post-conv prep kernel does not compile for K != V (its two branches type mask_2d differently;
+    119 operator cells failed so on the H200): supports() says so before anything is built, K = V passes."""
+    from baselines import vllm_replayssm as m
+    monkeypatch.setattr(m._load, "unavailable_reason", lambda spec, modules: None)
+    monkeypatch.setattr(m, "vllm_reason", lambda geometry, shape, device: None)
+    monkeypatch.setattr(m._common, "memory_reason", lambda need, device, what: None)
+    path = get_path("vllm_replayssm")
+    for geo in (Geometry(4, 4, 128, 256), Geometry(6, 6, 256, 512), Geometry(4, 16, 128, 256)):
+        why = path.supports(geo, Shape(2, 4, 3), torch.device("cuda"))
+        assert why and f"K={geo.k} != V={geo.v}" in why and "mask_2d" in why, why
+    assert path.supports(Geometry(16, 16, 128, 128), Shape(2, 4, 3), torch.device("cuda")) is None
+
+
 @pytest.mark.parametrize("lineage", LINEAGES)
 @pytest.mark.parametrize("geo", [Geometry(2, 2, 16, 8), Geometry(1, 3, 8, 16)])
 def test_vllm_sequences_against_kernel_contract(vllm_stand_ins, lineage, geo):
