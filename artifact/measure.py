@@ -121,6 +121,14 @@ def check_and_time(path, wl: Workload, ref: torch.Tensor, tolerance: float = DEF
     return res
 
 
+def device_free_bytes(device) -> int:
+    """Bytes a new allocation can get on `device` now: the driver's free memory plus the blocks PyTorch's
+    caching allocator holds but no tensor uses (mem_get_info alone counts those as taken)."""
+    dev = torch.device(device)
+    free, _ = torch.cuda.mem_get_info(dev)
+    return int(free + torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev))
+
+
 def free_device_memory(device) -> None:
     """Drop what Python still holds and return cached blocks, between cells of a sweep."""
     import gc

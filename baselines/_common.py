@@ -10,6 +10,7 @@ import os
 
 import torch
 
+from artifact.measure import device_free_bytes
 from artifact.reference import token_flops, token_input_bytes
 
 CUDA_GRID_YZ_MAX = 65535      # CUDA's limit on gridDim.y and gridDim.z
@@ -39,7 +40,7 @@ def memory_reason(nbytes: int, device, what: str) -> str | None:
     dev = torch.device(device)
     if dev.type != "cuda":
         return None
-    free, _ = torch.cuda.mem_get_info(dev)
+    free = device_free_bytes(dev)
     if nbytes > free:
         return f"{what} needs {nbytes / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB of GPU memory is free"
     return None

@@ -94,7 +94,8 @@ def main(argv=None) -> int:
             for bk, ks in ((64, 1), (32, 3)):
                 cfg = {"BB": 64, "BV": 128, "num_warps": 4, "BK": bk, "k_stages": ks}
                 variants.append((f"onela[64,128,w4,BK{bk},s{ks}]", _ConfiguredOneLA(cfg)))
-        for name, path in variants:
+        while variants:                                 # pop: a variant's stepper is freed before the next
+            name, path = variants.pop(0)
             try:
                 res = check_and_time(path, wl, ref, DEFAULT_TOLERANCE, warmup_ms=10, rep_ms=50)
                 row = _row(name, wl, path, res, ceilings)
@@ -107,6 +108,7 @@ def main(argv=None) -> int:
                   f"({row.get('floor_bound', '')}) err={row.get('max_abs_err', float('nan')):.2e} "
                   f"persist={row.get('persistent_MiB', float('nan')):.1f}MiB "
                   f"written={row.get('written_MiB', float('nan')):.1f}MiB {row.get('reason', '')}", flush=True)
+            del path
             torch.cuda.empty_cache()
         del wl, ref
         torch.cuda.empty_cache()

@@ -13,6 +13,7 @@ import torch
 import triton
 import triton.language as tl
 
+from artifact.measure import device_free_bytes
 from artifact.paths import Stepper, StepperPath
 from artifact.reference import fullstate_cost
 from kernels.onela import check_reset, check_step, onela_supports
@@ -108,7 +109,7 @@ class ControlledFullStatePath(StepperPath):
         dev = torch.device(device)
         if dev.type == "cuda":
             need = (2 if shape.T > 1 else 1) * shape.R * shape.W * geometry.state_bytes
-            free, _ = torch.cuda.mem_get_info(dev)
+            free = device_free_bytes(dev)
             if need > 0.8 * free:
                 return (f"controlled_fullstate: state pools need {need / 2**30:.1f} GiB, more than 80% of the "
                         f"{free / 2**30:.1f} GiB free on {torch.cuda.get_device_name(dev)}")

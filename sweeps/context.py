@@ -15,6 +15,7 @@ last passed to `ctx.started` is recorded as failed and the sweep exits non-zero.
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -47,6 +48,18 @@ class RunContext:
     git_commit: str
     results_dir: Path
     on_start: Callable[[dict], None] | None = field(default=None, repr=False)
+    shared_s: Counter = field(default_factory=Counter, repr=False)
+
+    def charge(self, label: str, seconds: float) -> None:
+        """Book work no single cell owns (a shape's workload + reference build, freeing memory between
+        shapes) under `label`, so the run's wall record keeps it out of the next row's path."""
+        self.shared_s[label] += seconds
+
+    def take_charges(self) -> dict[str, float]:
+        """The charges booked since the last call (the sweep takes them with each row)."""
+        out = dict(self.shared_s)
+        self.shared_s.clear()
+        return out
 
     def started(self, cell: dict) -> None:
         """Tell the sweep that work on `cell` begins (progress bar; names the cell if the runner crashes)."""

@@ -15,6 +15,7 @@ leaves the context unusable stops the run instead of failing every later cell; a
 from __future__ import annotations
 
 import itertools
+import time
 from typing import Iterator
 
 import torch
@@ -26,6 +27,8 @@ from artifact.reference import fullstate_decode
 from artifact.workload import Geometry, Shape, make_workload
 from sweeps.context import RunContext, one_line
 
+BUILD = "(workload + FP32 reference)"        # wall-record labels of the per-shape work no path owns
+RELEASE = "(memory release between shapes)"
 SHAPE_FIELDS = ("geometry", "HK", "HV", "K", "V", "R", "W", "T", "prompt_len", "lineage", "seed")
 
 
@@ -48,50 +51,57 @@ def _run_shape(cells: list[dict], ctx: RunContext) -> Iterator[dict]:
     c0 = cells[0]
     geo = Geometry(c0["HK"], c0["HV"], c0["K"], c0["V"])
     shape = Shape(c0["R"], c0["W"], c0["T"])
-    runnable = []
+    runnable = []                                # cells only: a path object lives for its own cell alone
     for cell in cells:
         ctx.started(cell)
         try:
-            path = get_path(cell["path"])
-            reason = path.supports(geo, shape, ctx.device)
+            reason = get_path(cell["path"]).supports(geo, shape, ctx.device)
         except Exception as e:  # noqa: BLE001 - a broken supports() is that cell's failure
             yield _row(cell, "failed", f"supports() raised {type(e).__name__}: {e}")
             continue
         if reason:
             yield _row(cell, "skipped", reason)
         else:
-            runnable.append((cell, path))
+            runnable.append(cell)
     if not runnable:
         return                                   # nothing to run: never build the workload
 
+    t0 = time.monotonic()
     try:
         wl = make_workload(geo, shape.R, shape.W, shape.T, lineage=c0["lineage"], seed=c0["seed"],
                            device=ctx.device, prompt_len=c0["prompt_len"])
         ref = fullstate_decode(wl)
+        ctx.charge(BUILD, time.monotonic() - t0)
     except torch.cuda.OutOfMemoryError as e:
         free_device_memory(ctx.device)
-        for cell, _ in runnable:
+        for cell in runnable:
             yield _row(cell, "skipped", f"out of memory building the workload/reference: {e}")
         return
     except Exception as e:  # noqa: BLE001
-        for cell, _ in runnable:
+        for cell in runnable:
             yield _row(cell, "failed", f"workload/reference: {type(e).__name__}: {e}")
         return
 
-    for cell, path in runnable:
+    for cell in runnable:
         ctx.started(cell)
-        row = _run_cell(cell, path, wl, ref, ctx)
-        del path
+        row = _run_cell(cell, wl, ref, ctx)       # its path's state (pools, graphs) is freed on return
         if row["status"] == "failed" and not cuda_context_alive(ctx.device):
             yield row
             raise CudaContextLost(f"CUDA context unusable after {cell['path']} failed ({row['reason']}); "
                                   "re-run the same command to continue with the remaining cells")
         yield row
     del wl, ref
+    t0 = time.monotonic()
     free_device_memory(ctx.device)
+    ctx.charge(RELEASE, time.monotonic() - t0)
 
 
-def _run_cell(cell: dict, path, wl, ref, ctx: RunContext) -> dict:
+def _run_cell(cell: dict, wl, ref, ctx: RunContext) -> dict:
+    """One cell on a fresh path object, local to this call: whatever it allocates (state pools, a CUDA
+    graph's private pool) is released when the call returns. (Path objects kept for a whole shape once held
+    every path's pools at the same time: big shapes ran out of memory and the next shapes' supports() saw
+    the GPU nearly full.)"""
+    path = get_path(cell["path"])
     # A framework whose kernel computes in lower precision declares its own, documented gate (its docstring
     # says why). The run's tolerance stays the cell's defining field; the reason says which gate was applied.
     tolerance = path_tolerance(path, ctx.tolerance)
@@ -100,10 +110,12 @@ def _run_cell(cell: dict, path, wl, ref, ctx: RunContext) -> dict:
             res = check_and_time(path, wl, ref, tolerance=tolerance, warmup_ms=ctx.warmup_ms,
                                  rep_ms=ctx.rep_ms, time_it=ctx.time_it)
         except torch.cuda.OutOfMemoryError:
-            # The previous path's memory is released by reference counting (no gc pass between the paths of
-            # a shape: ~50-100 ms each, minutes over the suite); anything a reference cycle still holds is
-            # collected here, once, before the cell is given up as out of memory.
+            # The previous path's memory went back by reference counting (no gc pass between the paths of a
+            # shape: ~50-100 ms each, minutes over the suite). Drop this attempt's half-built state, collect
+            # what a reference cycle still holds, return the cache, and try once more on a fresh object.
+            path = None
             free_device_memory(ctx.device)
+            path = get_path(cell["path"])
             res = check_and_time(path, wl, ref, tolerance=tolerance, warmup_ms=ctx.warmup_ms,
                                  rep_ms=ctx.rep_ms, time_it=ctx.time_it)
     except torch.cuda.OutOfMemoryError as e:

@@ -207,7 +207,8 @@ def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path):
     t_begin = time.monotonic()
     deadline = t_begin + 60 * cfg.budget_min if cfg.budget_min else None
     crash = None
-    wall = Counter()                  # seconds until each row, by path (a shape's workload build included)
+    wall = Counter()                  # seconds until each row, by path, less the shared work below
+    shared = Counter()                # seconds of work no path owns (RunContext.charge), by label
     t_last = t_begin
     rows = runner(cfg, cells, ctx)
     try:
@@ -223,7 +224,9 @@ def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path):
             append_row(out_csv, row)
             new_rows[h] = row
             now = time.monotonic()
-            wall[row["path"]] += now - t_last
+            charges = ctx.take_charges()          # shared per-shape work, booked apart from the row's path
+            shared.update(charges)
+            wall[row["path"]] += max(now - t_last - sum(charges.values()), 0.0)
             t_last = now
             bar.update(1)
             if kill_after and len(new_rows) >= kill_after:
@@ -241,21 +244,24 @@ def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path):
         if hasattr(rows, "close"):
             rows.close()
         bar.close()
-        _write_wall(ctx, wall, time.monotonic() - t_begin, new_rows)
+        _write_wall(ctx, wall, shared, time.monotonic() - t_begin, new_rows)
     return new_rows, crash
 
 
-def _write_wall(ctx: RunContext, wall: Counter, total_s: float, new_rows: dict) -> None:
-    """results/env/<run_id>.wall.json: this run's wall time and where it went, by path (the README's suite
-    times come from these). A shape's workload/reference build is charged to the first path run on it."""
+def _write_wall(ctx: RunContext, wall: Counter, shared: Counter, total_s: float, new_rows: dict) -> None:
+    """results/env/<run_id>.wall.json: this run's wall time and where it went, by path, plus the work no path
+    owns (`shared`: a shape's workload + reference build, memory release between shapes); the README's suite
+    times come from these. Run start-up (ceilings, imports) is the rest of wall_s."""
     cells = Counter(r["path"] for r in new_rows.values())
     rec = {"run_id": ctx.run_id, "wall_s": round(total_s, 1), "cells": len(new_rows),
-           "by_path": {p: {"wall_s": round(s, 1), "cells": cells[p]} for p, s in wall.most_common()}}
+           "by_path": {p: {"wall_s": round(s, 1), "cells": cells[p]} for p, s in wall.most_common()},
+           "shared": {k: round(s, 1) for k, s in shared.most_common()}}
     path = ctx.results_dir / "env" / f"{ctx.run_id}.wall.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rec, indent=1) + "\n")
     print(f"[sweeps] {len(new_rows)} cells in {total_s:.0f} s; by path: "
-          + ", ".join(f"{p} {s:.0f} s" for p, s in wall.most_common()))
+          + ", ".join(f"{p} {s:.0f} s" for p, s in wall.most_common())
+          + "".join(f", {k} {s:.0f} s" for k, s in shared.most_common()))
 
 
 def _summary(spec: SweepSpec, cells: list[dict], recorded: dict, new_rows: dict, crash, remaining: int) -> int:

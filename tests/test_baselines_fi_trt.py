@@ -348,3 +348,16 @@ def test_flashinfer_head_dim_limit_is_the_kernels_gpu():
         assert "illegal memory access" in text or "misaligned" in text, text[-2000:]
     else:
         assert "high rows written False" in text, text[-2000:]
+
+
+def test_free_memory_counts_the_blocks_pytorch_caches_but_does_not_use(monkeypatch):
+    """mem_get_info counts PyTorch's cached blocks as taken; a memory check must count them as free (they are
+    what the next path allocates from), or a shape after a big one is skipped for memory it could have."""
+    from artifact.measure import device_free_bytes
+    from baselines import _common
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (3 << 30, 141 << 30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: 130 << 30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: 2 << 30)
+    assert device_free_bytes("cuda") == 131 << 30
+    assert _common.memory_reason(48 << 30, "cuda", "two pools") is None
+    assert "131.00 GiB" in _common.memory_reason(140 << 30, "cuda", "two pools")

@@ -174,6 +174,10 @@ def test_smoke_suite_end_to_end_and_rerun_skips(tmp_path, capsys):
     wall = json.loads((res / "env" / f"{run_id}.wall.json").read_text())   # where the run's time went
     assert wall["cells"] == len(rows) and wall["wall_s"] > 0
     assert {p: w["cells"] for p, w in wall["by_path"].items()} == dict(Counter(r["path"] for r in rows))
+    from sweeps.operator_runner import BUILD, RELEASE    # per-shape work is booked apart from any path
+    assert set(wall["shared"]) == {BUILD, RELEASE} and wall["shared"][BUILD] > 0
+    assert sum(w["wall_s"] for w in wall["by_path"].values()) + sum(wall["shared"].values()) \
+        <= wall["wall_s"] + 0.05 * (len(wall["by_path"]) + len(wall["shared"]) + 1)   # each is rounded to 0.1 s
     env = json.loads((res / "env" / f"{run_id}.json").read_text())
     assert env["suite"] == "smoke" and env["git_commit"] and "torch" in env and env["config"]["suite"]["name"] == "smoke"
     assert "ok " in p.stdout and "failed 0" in p.stdout
@@ -342,6 +346,39 @@ def test_an_out_of_memory_cell_is_retried_once_after_freeing_memory(tmp_path, mo
     assert run_sweep(_cfg(tmp_path, "path=[onela]")) == EXIT_OK
     (row,) = read_rows(tmp_path / "r" / "smoke.csv")
     assert row["status"] == "ok" and len(calls) == 2     # the retry's, and the end of the shape's
+
+
+def test_no_path_object_outlives_its_cell(tmp_path, monkeypatch):
+    """A path's state (its pools, a graph's private pool) is freed when its cell ends, not when its shape does:
+    once the runner kept every path of a shape alive to the shape's end, so on the H200 big shapes ran out
+    of memory and the next shape's supports() saw the GPU nearly full (results/operator.csv, run 695a92).
+    With gc off, every path object made so far must be gone by reference counting when each row arrives."""
+    import gc
+    import weakref
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    made = []
+
+    def tracked(name):
+        p = _Path("ok")
+        made.append(weakref.ref(p))
+        return p
+    monkeypatch.setattr(operator_runner, "get_path", tracked)
+    monkeypatch.setattr(operator_runner, "free_device_memory", lambda device: None)  # no gc rescue
+    alive_at_rows = []
+    real_append = sweep_run.append_row
+
+    def append_row(path, row):
+        alive_at_rows.append(sum(r() is not None for r in made))
+        real_append(path, row)
+    monkeypatch.setattr(sweep_run, "append_row", append_row)
+    gc.disable()
+    try:
+        assert run_sweep(_cfg(tmp_path, "path=[reference_fullstate,onela,controlled_fullstate]",
+                              "shape.W=[3]")) == EXIT_OK
+    finally:
+        gc.enable()
+    assert alive_at_rows and set(alive_at_rows) == {0}, alive_at_rows     # paths alive as each row lands
+    assert len(made) == 2 * len(alive_at_rows)          # one object for supports(), one for the cell's run
 
 
 def test_a_paths_own_gate_applies_without_changing_the_cell(tmp_path, monkeypatch):
