@@ -113,11 +113,14 @@ def _shape(r) -> str:
 def not_run(res: Results) -> list[str]:
     df = res.all_rows()
     failed = df[df["status"] == "failed"]
-    out = [f"**Failed cells ({len(failed)})** — never used in a ratio."]
+    out = [f"**Failed cells ({len(failed)})** — never used in a ratio; grouped by reason, every shape listed."]
     if len(failed):
-        out += _table(["suite", "path", "shape", "max_abs_err", "reason"],
-                      [[r["suite"], r["path"], _shape(r), r["max_abs_err"], r["reason"]]
-                       for _, r in failed.iterrows()])
+        rows = []
+        for (s, p, reason), grp in failed.groupby(["suite", "path", "reason"], dropna=False, sort=False):
+            errs = grp["max_abs_err"].dropna()
+            rows.append([s, p, len(grp), "; ".join(_shape(r) for _, r in grp.iterrows()),
+                         ", ".join(sorted({str(e) for e in errs})) or "-", reason])
+        out += _table(["suite", "path", "cells", "shapes", "max_abs_err", "reason"], rows)
     skipped = df[df["status"] == "skipped"]
     out += ["", f"**Skipped cells ({len(skipped)})**, grouped by reason."]
     if len(skipped):
