@@ -6,6 +6,7 @@ graph capture, the prompt-attention kernels and the full Qwen3.5-0.8B geometry.
 import dataclasses
 import json
 import math
+import shutil
 from types import SimpleNamespace
 
 import pytest
@@ -519,3 +520,39 @@ def test_fig6_table_reports_speedups_and_targets():
     assert "skipped" in text and "[" in text
     rows[0]["latency_ms"] = 10.0                                # onela L1024 O3 now only 1.2x
     assert ">= 2.5x: NOT MET" in format_fig6(rows)
+
+
+@pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
+                    reason="torch.compile on a CPU needs a C++ compiler (g++ / c++ not found)")
+def test_conv_gathers_ancestral_inputs_inside_the_compiled_conv():
+    """Ancestry-mode conv history hands (store slice, index) pairs to conv_gates, which gathers them as it
+    reads. Compiled (fullgraph, on CPU here; what the Fig 6 runner does on a GPU) and eager give the conv of
+    the explicitly gathered windows, at every history structure a decode meets (t = 0..P+1)."""
+    from artifact.model.beam_state import BeamTree, ConvHistory, gather_beams
+    from artifact.model.blocks import conv_gates
+    from artifact.model.layers import causal_conv_step, gdn_gates
+    torch.manual_seed(0)
+    R, W, T, C, HV, width = 2, 5, 5, 12, 3, 4
+    tree = BeamTree("ancestry", R, W, T, "cpu")
+    conv = ConvHistory(tree, C, width, torch.bfloat16, "cpu")
+    conv.prompt_tail.copy_(torch.randn(R, width - 1, C))
+    w = torch.randn(C, width)
+    A_log, dt_bias = torch.rand(HV), torch.ones(HV)
+    compiled = torch.compile(conv_gates, fullgraph=True, dynamic=False)
+    for t in range(T):
+        if t:
+            tree.parents.copy_(torch.randint(0, W, (R, W), dtype=torch.int32))
+            tree.advance(t)
+        x = torch.randn(R, W, C).to(torch.bfloat16)
+        a, b = torch.randn(R, W, HV), torch.randn(R, W, HV)
+        hist = conv.history(t, x)
+        assert sum(isinstance(h, tuple) for h in hist) == min(t, width - 1)
+        explicit = [gather_beams(*h) if isinstance(h, tuple) else h for h in hist]
+        want = causal_conv_step(explicit, x, w)
+        g_want, beta_want = gdn_gates(a, b, A_log, dt_bias)
+        for fn in (conv_gates, compiled):
+            mixed, g, beta = torch.empty_like(x), torch.empty(R, W, HV), torch.empty(R, W, HV)
+            fn(x, hist, w, a, b, A_log, dt_bias, mixed, g, beta)
+            torch.testing.assert_close(mixed.float(), want.float(), atol=1e-2, rtol=0)
+            torch.testing.assert_close(g, g_want)
+            torch.testing.assert_close(beta, beta_want)

@@ -22,6 +22,11 @@ def gather_beams(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
     return torch.gather(x, 1, index)
 
 
+def window(h) -> torch.Tensor:
+    """One entry of ConvHistory.history as a tensor: gathered here if it is a (store slice, index) pair."""
+    return gather_beams(*h) if isinstance(h, tuple) else h
+
+
 class BeamTree:
     """The decode's own beam bookkeeping: this step's parents and, in ancestry mode, the [R, W, T] table."""
 
@@ -56,16 +61,19 @@ class ConvHistory:
         else:
             self.buf = torch.empty(R, W, self.P, channels, dtype=dtype, device=device)
 
-    def history(self, t: int, x: torch.Tensor) -> list[torch.Tensor]:
+    def history(self, t: int, x: torch.Tensor) -> list:
         """Record x [R, W, C] as step t's pre-conv input; return each beam's P previous inputs, oldest first.
 
-        ancestry: reads through h_t (the prompt's tail for steps before 0) and appends x to store[t].
+        ancestry: reads through h_t (the prompt's tail for steps before 0) and appends x to store[t]. An
+        ancestral input comes back as a (store[s], h_t[:, :, s]) pair, not gathered: the conv gathers it as it
+        reads (`window`), so under torch.compile the gather is an indexed load inside the conv's kernel instead
+        of a copy kernel of its own (three per layer and step).
         copy: the child takes its parent's window (a gather-copy), then the window shifts in x.
         """
         P = self.P
         if self.tree.mode == "ancestry":
             hist = [self.prompt_tail[:, P + s][:, None].expand_as(x) if s < 0
-                    else gather_beams(self.store[s], self.tree.table[:, :, s]) for s in range(t - P, t)]
+                    else (self.store[s], self.tree.table[:, :, s]) for s in range(t - P, t)]
             self.store[t] = x
             return hist
         if t == 0:

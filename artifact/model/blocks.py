@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from artifact.model.attention import merge_own_kv
+from artifact.model.beam_state import window
 from artifact.model.layers import apply_rotary, causal_conv_step, gated_rms_norm, gdn_gates, rms_norm, swiglu
 
 
@@ -21,8 +22,9 @@ def norm_proj(x, ln, w, eps: float):
 
 
 def conv_gates(x, hist: list, conv_w, a, b, A_log, dt_bias, mixed_out, g_out, beta_out):
-    """GDN: silu(causal conv) of q|k|v into mixed_out; log-decay and beta into g_out / beta_out."""
-    causal_conv_step(hist, x, conv_w, out=mixed_out)
+    """GDN: silu(causal conv) of q|k|v into mixed_out; log-decay and beta into g_out / beta_out. `hist` is
+    ConvHistory.history's list: ancestral inputs are gathered here, inside the (compiled) conv."""
+    causal_conv_step([window(h) for h in hist], x, conv_w, out=mixed_out)
     g, beta = gdn_gates(a, b, A_log, dt_bias)
     g_out.copy_(g)
     beta_out.copy_(beta)
@@ -55,8 +57,8 @@ class DecodeOps:
     def __init__(self, compile: bool = False):
         self.compiled = bool(compile)
         if compile:
-            # conv_gates sees up to P+1 stride patterns per shape (expanded prompt-tail views vs gathered
-            # windows); never let a recompile limit silently send a call back to eager.
+            # conv_gates sees up to P+1 history structures per shape (expanded prompt-tail views vs ancestral
+            # (store, index) pairs); never let a recompile limit silently send a call back to eager.
             for key in ("cache_size_limit", "recompile_limit"):
                 if hasattr(torch._dynamo.config, key):
                     setattr(torch._dynamo.config, key, max(64, getattr(torch._dynamo.config, key)))
