@@ -175,7 +175,7 @@ def test_smoke_suite_end_to_end_and_rerun_skips(tmp_path, capsys):
     assert wall["cells"] == len(rows) and wall["wall_s"] > 0
     assert {p: w["cells"] for p, w in wall["by_path"].items()} == dict(Counter(r["path"] for r in rows))
     from sweeps.operator_runner import BUILD, RELEASE    # per-shape work is booked apart from any path
-    assert set(wall["shared"]) == {BUILD, RELEASE} and wall["shared"][BUILD] > 0
+    assert set(wall["shared"]) == {BUILD, RELEASE} and min(wall["shared"].values()) >= 0   # 0.1 s resolution
     assert sum(w["wall_s"] for w in wall["by_path"].values()) + sum(wall["shared"].values()) \
         <= wall["wall_s"] + 0.05 * (len(wall["by_path"]) + len(wall["shared"]) + 1)   # each is rounded to 0.1 s
     env = json.loads((res / "env" / f"{run_id}.json").read_text())
