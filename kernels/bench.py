@@ -54,6 +54,34 @@ def _row(name, wl, path, res, ceilings, extra=None):
             "compulsory_MiB": cost["compulsory_bytes"] / MIB, "gflop": cost["flops"] / 1e9, **(extra or {})}
 
 
+def tune_configs(K: int) -> list[dict]:
+    """The launch configurations `--tune` times beside the default, by head dim K (kernels/NOTES.md says why).
+
+    K <= 128: BB=32 (twice the main kernel's programs at half the accumulator registers: R=4 W=512 runs 512
+    programs at 3 blocks/SM, 1.3 waves), the other beam/value tiles and warps, the prep kernel's beam tile,
+    and the K-chunked projection's two best configs (measured slower at R=4, kept as a check).
+    K = 256: the default halves BV to 64; the [BB, K] q/k operands are twice as large, so smaller tiles and
+    the K-chunked loop (BK = 128, 64) are the candidates there."""
+    if K <= 128:
+        tiles = [(32, 128, 2), (32, 128, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4), (64, 128, 8),
+                 (128, 64, 4), (128, 64, 8), (128, 128, 8)]
+        chunks = [(64, 128, 64, 1), (64, 128, 32, 3)]
+    else:
+        tiles = [(32, 64, 4), (32, 32, 4), (64, 32, 4), (64, 64, 8), (128, 32, 4), (128, 64, 8), (16, 64, 4)]
+        chunks = [(64, 64, 128, 1), (64, 64, 128, 2), (64, 64, 64, 2), (32, 64, 128, 2)]
+    out = [{"BB": bb, "BV": bv, "num_warps": nw} for bb, bv, nw in tiles]
+    out += [{"BB_PREP": bbp} for bbp in (16, 64)]                       # the prep kernel's beam tile (default 32)
+    out += [{"BB": bb, "BV": bv, "num_warps": 4, "BK": bk, "k_stages": ks} for bb, bv, bk, ks in chunks]
+    return out
+
+
+def _label(cfg: dict) -> str:
+    if "BB_PREP" in cfg:
+        return f"prep{cfg['BB_PREP']}"
+    text = f"{cfg['BB']},{cfg['BV']},w{cfg['num_warps']}"
+    return text + (f",BK{cfg['BK']},s{cfg['k_stages']}" if "BK" in cfg else "")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tune", action="store_true", help="also sweep launch configurations")
@@ -82,18 +110,7 @@ def main(argv=None) -> int:
         if not args.no_fullstate:
             variants.append(("controlled_fullstate", _ConfiguredFullState()))
         if args.tune:
-            # BB=32: twice the main kernel's programs at half the accumulator registers (R=4 W=512 runs 512
-            # programs at 3 blocks/SM, 1.3 waves: a fuller last wave or more blocks per SM may pay).
-            for bb, bv, nw in ((32, 128, 2), (32, 128, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4), (64, 128, 8),
-                               (128, 64, 4), (128, 64, 8), (128, 128, 8)):
-                cfg = {"BB": bb, "BV": bv, "num_warps": nw}
-                variants.append((f"onela[{bb},{bv},w{nw}]", _ConfiguredOneLA(cfg)))
-            for bbp in (16, 64):                        # the prep kernel's beam tile (default 32)
-                variants.append((f"onela[prep{bbp}]", _ConfiguredOneLA({"BB_PREP": bbp})))
-            # K-chunking measured slower everywhere at R=4 (NOTES.md); its two best configs stay as a check
-            for bk, ks in ((64, 1), (32, 3)):
-                cfg = {"BB": 64, "BV": 128, "num_warps": 4, "BK": bk, "k_stages": ks}
-                variants.append((f"onela[64,128,w4,BK{bk},s{ks}]", _ConfiguredOneLA(cfg)))
+            variants += [(f"onela[{_label(cfg)}]", _ConfiguredOneLA(cfg)) for cfg in tune_configs(wl.geometry.k)]
         while variants:                                 # pop: a variant's stepper is freed before the next
             name, path = variants.pop(0)
             try:
