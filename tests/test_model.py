@@ -176,12 +176,20 @@ def test_beam_selection_is_the_global_top_w():
         first_beams(torch.randn(2, 7), 8)
 
 
-def test_shared_prefix_attention_equals_full_softmax():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_shared_prefix_attention_equals_full_softmax(compiled):
+    """Prompt part + each beam's own KV, merged by log-sum-exp, is one softmax over both; also with the merge
+    torch.compile'd (fullgraph) as the Fig 6 runner uses it."""
+    if compiled and not (shutil.which("g++") or shutil.which("c++")):
+        pytest.skip("torch.compile on a CPU needs a C++ compiler (g++ / c++ not found)")
+    from artifact.model.attention import merge_own_kv
+    merge = torch.compile(merge_own_kv, fullgraph=True, dynamic=False) if compiled else merge_own_kv
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, 3, 4, 16, generator=g)
     kp, vp = torch.randn(2, 2, 9, 16, generator=g), torch.randn(2, 2, 9, 16, generator=g)
     ko, vo = torch.randn(2, 3, 2, 2, 16, generator=g), torch.randn(2, 3, 2, 2, 16, generator=g)
-    out = shared_prefix_attention("math", q, kp, vp, ko, vo, 0.25)
+    out = shared_prefix_attention("math", q, kp, vp, ko, vo, 0.25, merge=merge)
+    assert out.shape == q.shape and out.dtype == q.dtype
     for r in range(2):
         for b in range(3):
             for h in range(4):

@@ -65,18 +65,24 @@ def select_prompt_attention(device, dtype, head_dim: int, preferred: str = "auto
     return "math"
 
 
-def merge_own_kv(o_p, lse_p, qg, k_own, v_own, scale: float):
+def merge_own_kv(o_p, lse_p, qg, k_own, v_own, scale: float, out_dtype=None):
     """Fold each beam's own decode KV into the prompt part: exact softmax over both via log-sum-exp.
 
     o_p [R, W, Hkv, G, D] (prompt part, normalised), lse_p [R, W, Hkv, G], qg [R, W, Hkv, G, D],
-    k_own / v_own [R, W, n, Hkv, D]. Returns [R, W, Hkv, G, D] fp32.
+    k_own / v_own [R, W, n, Hkv, D]. Returns [R, W, Hkv * G, D], fp32 or `out_dtype`.
+    The products are broadcast multiply-and-sum, not einsum: n <= T keys per beam make einsum a batch of
+    tiny fp32 GEMMs (three cuBLAS kernels per call in the H200 profile); as a reduction, torch.compile fuses
+    the whole merge -- layout changes and the final cast included -- into a few kernels.
     """
-    s = torch.einsum("rwhgd,rwjhd->rwhgj", qg.float(), k_own.float()) * scale
+    qf, kf, vf = qg.float(), k_own.float().transpose(2, 3), v_own.float().transpose(2, 3)  # k, v [R, W, Hkv, n, D]
+    s = (qf[..., :, None, :] * kf[..., None, :, :]).sum(-1) * scale                      # [R, W, Hkv, G, n]
+    lse_p = lse_p.float()
     m = torch.maximum(lse_p, s.amax(-1))
     w_p = torch.exp(lse_p - m)
     w_s = torch.exp(s - m[..., None])
-    num = w_p[..., None] * o_p.float() + torch.einsum("rwhgj,rwjhd->rwhgd", w_s, v_own.float())
-    return num / (w_p + w_s.sum(-1))[..., None]
+    num = w_p[..., None] * o_p.float() + (w_s[..., None] * vf[..., None, :, :]).sum(-2)  # [R, W, Hkv, G, D]
+    out = (num / (w_p + w_s.sum(-1))[..., None]).flatten(2, 3)
+    return out if out_dtype is None else out.to(out_dtype)
 
 
 def shared_prefix_attention(impl: str, q, k_prompt, v_prompt, k_own, v_own, scale: float,
@@ -92,6 +98,6 @@ def shared_prefix_attention(impl: str, q, k_prompt, v_prompt, k_own, v_own, scal
     qg = q.view(R, W, hkv, G, D)
     qp = qg.permute(0, 2, 1, 3, 4).reshape(R, hkv, W * G, D)
     o_p, lse_p = prompt_attention(impl, qp, k_prompt, v_prompt, scale)
-    o_p = o_p.reshape(R, hkv, W, G, D).permute(0, 2, 1, 3, 4)            # [R, W, Hkv, G, D]
-    lse_p = lse_p.reshape(R, hkv, W, G).permute(0, 2, 1, 3).float()       # [R, W, Hkv, G]
-    return merge(o_p, lse_p, qg, k_own, v_own, scale).reshape(R, W, nq, D).to(q.dtype)
+    o_p = o_p.reshape(R, hkv, W, G, D).permute(0, 2, 1, 3, 4)            # [R, W, Hkv, G, D], a view
+    lse_p = lse_p.reshape(R, hkv, W, G).permute(0, 2, 1, 3)               # [R, W, Hkv, G], a view
+    return merge(o_p, lse_p, qg, k_own, v_own, scale, q.dtype)            # casts inside (fused when compiled)
