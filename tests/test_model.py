@@ -564,3 +564,29 @@ def test_conv_gathers_ancestral_inputs_inside_the_compiled_conv():
             torch.testing.assert_close(mixed.float(), want.float(), atol=1e-2, rtol=0)
             torch.testing.assert_close(g, g_want)
             torch.testing.assert_close(beta, beta_want)
+
+
+@pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
+                    reason="torch.compile on a CPU needs a C++ compiler (g++ / c++ not found)")
+def test_ancestry_kv_is_gathered_inside_the_compiled_merge():
+    """KvHistory in ancestry mode hands the merge (store, index, current) tuples that it gathers itself; the
+    merge, eager and compiled (fullgraph), gives what copy mode's explicitly forked KV gives, at every step."""
+    from artifact.model.attention import merge_own_kv
+    from artifact.model.beam_state import BeamTree, KvHistory
+    torch.manual_seed(1)
+    R, W, T, H, G, D = 2, 4, 4, 2, 2, 8
+    trees = {m: BeamTree(m, R, W, T, "cpu") for m in ("ancestry", "copy")}
+    kvs = {m: KvHistory(trees[m], H, D, torch.float32, "cpu") for m in trees}
+    compiled = torch.compile(merge_own_kv, fullgraph=True, dynamic=False)
+    for t in range(T):
+        parents = torch.randint(0, W, (R, W), dtype=torch.int32)
+        for m, tree in trees.items():
+            tree.parents.copy_(parents)
+            tree.advance(t)
+        k, v = torch.randn(R, W, H, D), torch.randn(R, W, H, D)
+        o_p, lse_p, qg = torch.randn(R, W, H, G, D), torch.randn(R, W, H, G), torch.randn(R, W, H, G, D)
+        own = {m: kvs[m].step(t, k, v) for m in kvs}
+        assert isinstance(own["ancestry"][0], tuple) == (t > 0)
+        want = merge_own_kv(o_p, lse_p, qg, *own["copy"], 0.3)
+        for fn in (merge_own_kv, compiled):
+            torch.testing.assert_close(fn(o_p, lse_p, qg, *own["ancestry"], 0.3), want)

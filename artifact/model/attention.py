@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import torch
 
+from artifact.model.beam_state import own_kv
+
 IMPLS = ("flash", "efficient", "math")
 
 
@@ -69,11 +71,12 @@ def merge_own_kv(o_p, lse_p, qg, k_own, v_own, scale: float, out_dtype=None):
     """Fold each beam's own decode KV into the prompt part: exact softmax over both via log-sum-exp.
 
     o_p [R, W, Hkv, G, D] (prompt part, normalised), lse_p [R, W, Hkv, G], qg [R, W, Hkv, G, D],
-    k_own / v_own [R, W, n, Hkv, D]. Returns [R, W, Hkv * G, D], fp32 or `out_dtype`.
+    k_own / v_own [R, W, n, Hkv, D] (or KvHistory's ancestry tuples). Returns [R, W, Hkv * G, D], fp32 or `out_dtype`.
     The products are broadcast multiply-and-sum, not einsum: n <= T keys per beam make einsum a batch of
     tiny fp32 GEMMs (three cuBLAS kernels per call in the H200 profile); as a reduction, torch.compile fuses
     the whole merge -- layout changes and the final cast included -- into a few kernels.
     """
+    k_own, v_own = own_kv(k_own), own_kv(v_own)     # ancestry-mode tuples are gathered here (beam_state)
     qf, kf, vf = qg.float(), k_own.float().transpose(2, 3), v_own.float().transpose(2, 3)  # k, v [R, W, Hkv, n, D]
     s = (qf[..., :, None, :] * kf[..., None, :, :]).sum(-1) * scale                      # [R, W, Hkv, G, n]
     lse_p = lse_p.float()

@@ -27,6 +27,16 @@ def window(h) -> torch.Tensor:
     return gather_beams(*h) if isinstance(h, tuple) else h
 
 
+def own_kv(h) -> torch.Tensor:
+    """KvHistory.step's keys or values as a tensor [R, W, n, Hkv, D]: an ancestry-mode
+    (store, steps, r_idx, table, current) tuple is gathered and joined here, where the (compiled) attention
+    merge reads it, so that the gather is an indexed load inside the merge instead of kernels of its own."""
+    if not isinstance(h, tuple):
+        return h
+    store, steps, r_idx, table, cur = h
+    return torch.cat([store[steps[None, None, :], r_idx, table], cur[:, :, None]], dim=2)
+
+
 class BeamTree:
     """The decode's own beam bookkeeping: this step's parents and, in ancestry mode, the [R, W, T] table."""
 
@@ -43,10 +53,6 @@ class BeamTree:
         """Step t >= 1 (ancestry mode): h_t from h_{t-1} and this step's parents (indices only)."""
         if self.mode == "ancestry" and t >= 1:
             self.table.copy_(advance(self.table, self.parents, t))
-
-    def gather_steps(self, store: torch.Tensor, t: int) -> torch.Tensor:
-        """store [T, R, W, ...] -> [R, W, t, ...]: each beam's ancestral entries at steps 0..t-1."""
-        return store[self.steps[:t][None, None, :], self.r_idx, self.table[:, :, :t]]
 
 
 class ConvHistory:
@@ -99,16 +105,17 @@ class KvHistory:
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
 
-    def step(self, t: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append step t's k, v [R, W, Hkv, D]; return each beam's decode keys/values [R, W, t+1, Hkv, D]."""
+    def step(self, t: int, k: torch.Tensor, v: torch.Tensor) -> tuple:
+        """Append step t's k, v [R, W, Hkv, D]; return each beam's decode keys/values [R, W, t+1, Hkv, D] --
+        in ancestry mode as `own_kv` tuples (gathered where the merge reads them)."""
         if self.tree.mode == "ancestry":
             self.k[t] = k
             self.v[t] = v
             if t == 0:
                 return k[:, :, None], v[:, :, None]
-            kh = torch.cat([self.tree.gather_steps(self.k, t), k[:, :, None]], dim=2)
-            vh = torch.cat([self.tree.gather_steps(self.v, t), v[:, :, None]], dim=2)
-            return kh, vh
+            tree = self.tree
+            idx = (tree.steps[:t], tree.r_idx, tree.table[:, :, :t])
+            return (self.k, *idx, k), (self.v, *idx, v)
         if t > 0:                                                           # fork: copy the parent's history
             self.k[:, :, :t] = gather_beams(self.k[:, :, :t], self.tree.parents)
             self.v[:, :, :t] = gather_beams(self.v[:, :, :t], self.tree.parents)
