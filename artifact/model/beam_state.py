@@ -29,30 +29,38 @@ def window(h) -> torch.Tensor:
 
 def own_kv(h) -> torch.Tensor:
     """KvHistory.step's keys or values as a tensor [R, W, n, Hkv, D]: an ancestry-mode
-    (store, steps, r_idx, table, current) tuple is gathered and joined here, where the (compiled) attention
-    merge reads it, so that the gather is an indexed load inside the merge instead of kernels of its own."""
+    (store[:t], cols[:t], current) tuple is gathered and joined here, where the (compiled) attention merge
+    reads it, so that the gather is an indexed load inside the merge instead of kernels of its own."""
     if not isinstance(h, tuple):
         return h
-    store, steps, r_idx, table, cur = h
-    return torch.cat([store[steps[None, None, :], r_idx, table], cur[:, :, None]], dim=2)
+    store, cols, cur = h                                   # [t, R, W, Hkv, D], [t, R, W], [R, W, Hkv, D]
+    t, R = cols.shape[0], cols.shape[1]
+    steps = torch.arange(t, device=cols.device)[:, None, None]
+    reqs = torch.arange(R, device=cols.device)[None, :, None]
+    return torch.cat([store[steps, reqs, cols].permute(1, 2, 0, 3, 4), cur[:, :, None]], dim=2)
 
 
 class BeamTree:
-    """The decode's own beam bookkeeping: this step's parents and, in ancestry mode, the [R, W, T] table."""
+    """The decode's own beam bookkeeping: this step's parents and, in ancestry mode, the [R, W, T] table h_t
+    and its step-major copy `cols` [T, R, W] (one small copy per step): a column cols[s] has the same shape
+    and strides for every T, so the compiled conv and merge that take columns compile once per history
+    structure, not once per T as well."""
 
     def __init__(self, mode: str, R: int, W: int, T: int, device):
         if mode not in MODES:
             raise ValueError(f"unknown beam-state mode {mode!r}; known: {MODES}")
         self.mode, self.R, self.W, self.T = mode, R, W, T
         self.parents = torch.zeros(R, W, dtype=torch.int32, device=device)
-        self.table = torch.zeros(R, W, max(T, 1), dtype=torch.int32, device=device) if mode == "ancestry" else None
-        self.r_idx = torch.arange(R, device=device)[:, None, None]
-        self.steps = torch.arange(max(T, 1), device=device)
+        self.table = self.cols = None
+        if mode == "ancestry":
+            self.table = torch.zeros(R, W, max(T, 1), dtype=torch.int32, device=device)
+            self.cols = torch.zeros(max(T, 1), R, W, dtype=torch.int32, device=device)
 
     def advance(self, t: int) -> None:
         """Step t >= 1 (ancestry mode): h_t from h_{t-1} and this step's parents (indices only)."""
         if self.mode == "ancestry" and t >= 1:
             self.table.copy_(advance(self.table, self.parents, t))
+            self.cols.copy_(self.table.permute(2, 0, 1))
 
 
 class ConvHistory:
@@ -71,7 +79,7 @@ class ConvHistory:
         """Record x [R, W, C] as step t's pre-conv input; return each beam's P previous inputs, oldest first.
 
         ancestry: reads through h_t (the prompt's tail for steps before 0) and appends x to store[t]. An
-        ancestral input comes back as a (store[s], h_t[:, :, s]) pair, not gathered: the conv gathers it as it
+        ancestral input comes back as a (store[s], h_t[:, :, s]) pair (the column from `cols`), not gathered: the conv gathers it as it
         reads (`window`), so under torch.compile the gather is an indexed load inside the conv's kernel instead
         of a copy kernel of its own (three per layer and step).
         copy: the child takes its parent's window (a gather-copy), then the window shifts in x.
@@ -79,7 +87,7 @@ class ConvHistory:
         P = self.P
         if self.tree.mode == "ancestry":
             hist = [self.prompt_tail[:, P + s][:, None].expand_as(x) if s < 0
-                    else (self.store[s], self.tree.table[:, :, s]) for s in range(t - P, t)]
+                    else (self.store[s], self.tree.cols[s]) for s in range(t - P, t)]
             self.store[t] = x
             return hist
         if t == 0:
@@ -113,9 +121,8 @@ class KvHistory:
             self.v[t] = v
             if t == 0:
                 return k[:, :, None], v[:, :, None]
-            tree = self.tree
-            idx = (tree.steps[:t], tree.r_idx, tree.table[:, :, :t])
-            return (self.k, *idx, k), (self.v, *idx, v)
+            cols = self.tree.cols[:t]
+            return (self.k[:t], cols, k), (self.v[:t], cols, v)
         if t > 0:                                                           # fork: copy the parent's history
             self.k[:, :, :t] = gather_beams(self.k[:, :, :t], self.tree.parents)
             self.v[:, :, :t] = gather_beams(self.v[:, :, :t], self.tree.parents)
