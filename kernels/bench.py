@@ -3,8 +3,9 @@
 Prints, for the Qwen3.5-0.8B geometry at W=512, R in {4, 16}, O in {3, 7}: the captured latency of the whole
 T-step decode (one CUDA graph, median of replays), its roofline floor (compulsory bytes / measured copy
 bandwidth vs FLOPs / measured matrix rate) and which bound that is, the max error against FP32 FullState, and
-persistent / written bytes from the real tensors. `--tune` also sweeps the OneLA main kernel's tiles and warps,
-the prep kernel's beam tile and two K-chunked configs (the data behind kernels/NOTES.md). Every timed row passed the correctness gate first.
+persistent / written bytes from the real tensors. `--tune` also times `tune_configs(K)`: the main kernel's
+tiles and warps, the prep kernel's beam tile and K-chunked configs, per head dim (the data behind
+kernels/NOTES.md). Every timed row passed the correctness gate first.
 """
 from __future__ import annotations
 

@@ -79,9 +79,9 @@ class ConvHistory:
         """Record x [R, W, C] as step t's pre-conv input; return each beam's P previous inputs, oldest first.
 
         ancestry: reads through h_t (the prompt's tail for steps before 0) and appends x to store[t]. An
-        ancestral input comes back as a (store[s], h_t[:, :, s]) pair (the column from `cols`), not gathered: the conv gathers it as it
-        reads (`window`), so under torch.compile the gather is an indexed load inside the conv's kernel instead
-        of a copy kernel of its own (three per layer and step).
+        ancestral input comes back as a (store[s], h_t[:, :, s]) pair (the column taken from `cols`), not
+        gathered: the conv gathers it as it reads (`window`), so under torch.compile the gather is an indexed
+        load inside the conv's kernel instead of a copy kernel of its own (three per layer and step).
         copy: the child takes its parent's window (a gather-copy), then the window shifts in x.
         """
         P = self.P
