@@ -121,19 +121,27 @@ def load_results(results_dir: str | Path = "results") -> Results:
     return Results(root, suites, env)
 
 
+def _ok_rows(df: pd.DataFrame, path: str, metric: str) -> pd.DataFrame:
+    """`path`'s ok rows with a finite positive `metric`, indexed by shape (the last row of a shape kept)."""
+    rows = df[(df["path"] == path) & (df["status"] == "ok")].set_index("shape")
+    rows = rows[np.isfinite(rows[metric]) & (rows[metric] > 0)]
+    return rows[~rows.index.duplicated(keep="last")]
+
+
 def ok_values(df: pd.DataFrame, path: str, metric: str) -> pd.Series:
     """metric of `path`'s ok rows with a finite positive value, indexed by shape."""
-    rows = df[(df["path"] == path) & (df["status"] == "ok")]
-    vals = rows.set_index("shape")[metric]
-    vals = vals[np.isfinite(vals) & (vals > 0)]
-    return vals[~vals.index.duplicated(keep="last")]
+    return _ok_rows(df, path, metric)[metric]
 
 
 def paired_ratio(df: pd.DataFrame, baseline: str, target: str = "onela", metric: str = "latency_ms") -> pd.Series:
-    """baseline / target of `metric` on every shape where both are ok; indexed by shape."""
-    b, t = ok_values(df, baseline, metric), ok_values(df, target, metric)
+    """baseline / target of `metric` on every shape where both are ok; indexed by shape. A time (`*_ms`) is
+    paired only within one run (same run_id): a speed ratio is measured in one run. (A resumed suite can
+    split one shape's paths over two runs at a piece boundary.)"""
+    b, t = _ok_rows(df, baseline, metric), _ok_rows(df, target, metric)
     both = b.index.intersection(t.index)
-    return (b[both] / t[both]).rename(f"{baseline}/{target} {metric}")
+    if metric.endswith("_ms") and "run_id" in df.columns:
+        both = both[(b.loc[both, "run_id"] == t.loc[both, "run_id"]).to_numpy()]
+    return (b.loc[both, metric] / t.loc[both, metric]).rename(f"{baseline}/{target} {metric}")
 
 
 def select(df: pd.DataFrame, **where) -> pd.DataFrame:

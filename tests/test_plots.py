@@ -226,6 +226,20 @@ def test_failed_and_skipped_cells_never_feed_a_ratio(tmp_path):
     assert "FAKE failed" in text and "FAKE skipped" in text and "Failed cells (2)" in text
 
 
+def test_a_time_ratio_pairs_only_cells_of_one_run(tmp_path):
+    """A resumed suite can split one shape's paths over two runs; a latency ratio then has no pair there
+    (speed ratios are measured in one run), while a byte ratio (persistent capacity) still pairs."""
+    rows = operator_rows(Rs=(4,), Ts=(2,))
+    for r in rows:
+        if r["geometry"] == "fake_wide" and r["path"] == "onela":
+            r["run_id"] = "fake-run-2"
+    write_results(tmp_path, rows)
+    ops = load_results(tmp_path)["operator"]
+    lat = paired_ratio(ops, "vllm_fullstate")
+    assert len(lat) == len(FAKE_GEOMETRIES) - 1 and not any("fake_wide" in s for s in lat.index)
+    assert len(paired_ratio(ops, "vllm_fullstate", metric="persistent_bytes")) == len(FAKE_GEOMETRIES)
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["ok", "failed", "skipped"]), st.sampled_from(["ok", "failed", "skipped"]),
                           st.sampled_from([0.5, 2.0, math.nan, math.inf, 0.0, -1.0])), min_size=1, max_size=8))
