@@ -36,6 +36,11 @@ class _ConfiguredOneLA(OneLAPath):
     def make_stepper(self, wl):
         return OneLAStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, self.config)
 
+    def kernel_info(self) -> str:
+        """Registers / spilled bytes per kernel of the last stepper's compiles, e.g. 'main:156r/0s'."""
+        st = getattr(self, "stepper", None)
+        return " ".join(f"{k}:{r}r/{sp}s" for k, (r, sp) in (st.kernel_info if st else {}).items())
+
 
 class _ConfiguredFullState(ControlledFullStatePath):
     def __init__(self, block_v=None):
@@ -62,15 +67,19 @@ def tune_configs(K: int) -> list[dict]:
     programs at 3 blocks/SM, 1.3 waves), the other beam/value tiles and warps, the prep kernel's beam tile,
     and the K-chunked projection's two best configs (measured slower at R=4, kept as a check).
     K = 256: the default halves BV to 64; the [BB, K] q/k operands are twice as large, so smaller tiles and
-    the K-chunked loop (BK = 128, 64) are the candidates there."""
+    the K-chunked loop (BK = 128, 64) are the candidates there. Both: the one-launch kernel (v6, `fused`) at
+    a few tiles."""
     if K <= 128:
         tiles = [(32, 128, 2), (32, 128, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4), (64, 128, 8),
                  (128, 64, 4), (128, 64, 8), (128, 128, 8)]
         chunks = [(64, 128, 64, 1), (64, 128, 32, 3)]
+        fused = [(64, 128, 4), (32, 128, 4), (64, 128, 8), (128, 128, 8)]
     else:
         tiles = [(32, 64, 4), (32, 32, 4), (64, 32, 4), (64, 64, 8), (128, 32, 4), (128, 64, 8), (16, 64, 4)]
         chunks = [(64, 64, 128, 1), (64, 64, 128, 2), (64, 64, 64, 2), (32, 64, 128, 2)]
+        fused = [(64, 64, 4), (32, 64, 4), (64, 64, 8), (64, 32, 4)]
     out = [{"BB": bb, "BV": bv, "num_warps": nw} for bb, bv, nw in tiles]
+    out += [{"fused": True, "BB": bb, "BV": bv, "num_warps": nw} for bb, bv, nw in fused]   # v6: one launch
     out += [{"BB_PREP": bbp} for bbp in (16, 64)]                       # the prep kernel's beam tile (default 32)
     out += [{"BB": bb, "BV": bv, "num_warps": 4, "BK": bk, "k_stages": ks} for bb, bv, bk, ks in chunks]
     return out
@@ -79,7 +88,7 @@ def tune_configs(K: int) -> list[dict]:
 def _label(cfg: dict) -> str:
     if "BB_PREP" in cfg:
         return f"prep{cfg['BB_PREP']}"
-    text = f"{cfg['BB']},{cfg['BV']},w{cfg['num_warps']}"
+    text = ("fused," if cfg.get("fused") else "") + f"{cfg['BB']},{cfg['BV']},w{cfg['num_warps']}"
     return text + (f",BK{cfg['BK']},s{cfg['k_stages']}" if "BK" in cfg else "")
 
 
@@ -89,6 +98,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for bench.csv / env.json")
     ap.add_argument("--geometry", default="qwen3_5_0_8b")
     ap.add_argument("--no-fullstate", action="store_true")
+    ap.add_argument("--match", default="", help="with --tune: only configs whose label contains this text")
     ap.add_argument("--R", type=int, nargs="+", default=[4, 16])
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
@@ -111,12 +121,14 @@ def main(argv=None) -> int:
         if not args.no_fullstate:
             variants.append(("controlled_fullstate", _ConfiguredFullState()))
         if args.tune:
-            variants += [(f"onela[{_label(cfg)}]", _ConfiguredOneLA(cfg)) for cfg in tune_configs(wl.geometry.k)]
+            variants += [(f"onela[{_label(cfg)}]", _ConfiguredOneLA(cfg)) for cfg in tune_configs(wl.geometry.k)
+                         if args.match in _label(cfg)]
         while variants:                                 # pop: a variant's stepper is freed before the next
             name, path = variants.pop(0)
             try:
                 res = check_and_time(path, wl, ref, DEFAULT_TOLERANCE, warmup_ms=10, rep_ms=50)
-                row = _row(name, wl, path, res, ceilings)
+                row = _row(name, wl, path, res, ceilings,
+                           {"kernels": path.kernel_info()} if isinstance(path, _ConfiguredOneLA) else None)
             except Exception as e:  # noqa: BLE001 - a config that fails to compile is a recorded failure
                 row = {"path": name, "R": R, "W": 512, "O": T + 1, "status": "failed",
                        "reason": f"{type(e).__name__}: {str(e)[:200]}"}
@@ -125,7 +137,8 @@ def main(argv=None) -> int:
                   f"lat={row.get('latency_ms', float('nan')):.4f}ms floor={row.get('floor_ms', float('nan')):.4f}"
                   f"({row.get('floor_bound', '')}) err={row.get('max_abs_err', float('nan')):.2e} "
                   f"persist={row.get('persistent_MiB', float('nan')):.1f}MiB "
-                  f"written={row.get('written_MiB', float('nan')):.1f}MiB {row.get('reason', '')}", flush=True)
+                  f"written={row.get('written_MiB', float('nan')):.1f}MiB {row.get('kernels', '')} "
+                  f"{row.get('reason', '')}", flush=True)
             del path
             torch.cuda.empty_cache()
         del wl, ref

@@ -204,6 +204,116 @@ def _onela_main_kernel(
              delta.to(delta_ptr.dtype.element_ty), mask=mask_b[:, None])
 
 
+@triton.jit
+def _onela_fused_kernel(
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr,
+    delta_ptr, out_ptr,
+    R, W, HV, T_CAP,
+    sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
+    K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr,
+    BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr,
+    QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
+):
+    """v6: the prep and main kernels in one launch (kernels/NOTES.md). Each program does its own key-axis work
+    (norms, ancestry row, k-hat_j . q-hat / k-hat_j . k-hat, suffix products) before the projections, so no
+    coefficient table goes through memory and q, k are read once per step; a key head's work is repeated for
+    each of its G value heads and each V tile (L2 hits). The first V tile of each (value head, beam tile)
+    writes alpha_t, the first value head of a key head k-hat_t, value head 0 the ancestry row."""
+    pid_v = tl.program_id(0)
+    pid_b = tl.program_id(1)
+    pid_rh = tl.program_id(2)
+    r = pid_rh // HV
+    hv = pid_rh % HV
+    hk = hv // G
+    offs_b = pid_b * BB + tl.arange(0, BB)
+    mask_b = offs_b < W
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    offs_k = tl.arange(0, K)
+    offs_t = tl.arange(0, TP)
+    rw = r * W + offs_b
+    gb_off = rw * HV + hv
+    rec_t = (STEP * R + r) * W + offs_b
+    first_v = pid_v == 0
+
+    # key axis, per beam: norms, k-hat_t, alpha_t, then every ancestral record's dots and alpha
+    qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
+    qf = tl.load(q_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0).to(tl.float32)
+    kf = tl.load(k_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0).to(tl.float32)
+    inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)
+    inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)
+    kq_t = tl.sum(qf * kf, axis=1) * inv_q * inv_k
+    tl.store(khat_ptr + (rec_t * (HV // G) + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
+             (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty),
+             mask=mask_b[:, None] & first_v & (hv % G == 0))
+    alpha = tl.exp(tl.load(g_ptr + gb_off, mask=mask_b, other=0.0))
+    tl.store(alpha_ptr + rec_t * HV + hv, alpha, mask=mask_b & first_v)
+    slots = tl.zeros([BB, TP], dtype=tl.int32)
+    kqs = tl.zeros([BB, TP], dtype=tl.float32)
+    kks = tl.zeros([BB, TP], dtype=tl.float32)
+    alphas = tl.zeros([BB, TP], dtype=tl.float32)
+    if STEP > 0:
+        par = tl.load(par_ptr + rw, mask=mask_b, other=0)
+        for j in tl.static_range(STEP):
+            if j == STEP - 1:
+                slot = par
+            else:
+                slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
+            col = offs_t[None, :] == j
+            slots = tl.where(col, slot[:, None], slots)
+            rec = (j * R + r) * W + slot
+            k_j = tl.load(khat_ptr + (rec * (HV // G) + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
+                          mask=mask_b[:, None], other=0.0).to(tl.float32)
+            kqs = tl.where(col, (tl.sum(k_j * qf, axis=1) * inv_q)[:, None], kqs)
+            kks = tl.where(col, (tl.sum(k_j * kf, axis=1) * inv_k)[:, None], kks)
+            a_j = tl.load(alpha_ptr + rec * HV + hv, mask=mask_b, other=1.0)
+            alphas = tl.where(col, a_j[:, None], alphas)
+        tl.store(anc_next_ptr + rw[:, None] * T_CAP + offs_t[None, :], slots,
+                 mask=mask_b[:, None] & (offs_t[None, :] < STEP) & first_v & (hv == 0))
+    # suffix products: c_j = alpha_t * prod_{i > j} alpha_i, and P = alpha_t * prod_j alpha_j
+    cs = tl.zeros([BB, TP], dtype=tl.float32)
+    c = alpha
+    for jj in tl.static_range(STEP):
+        j = STEP - 1 - jj
+        col = offs_t[None, :] == j
+        cs = tl.where(col, c[:, None], cs)
+        c = c * tl.sum(tl.where(col, alphas, 0.0), axis=1)
+
+    # value axis: the shared-context projections, the closed-form replay, delta_t and o_t
+    s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
+    if BK == K:
+        u_q, u_k = _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, offs_k, mask_b, QK_BF16, UPCAST)
+    else:
+        u_q = tl.zeros([BB, BV], dtype=tl.float32)
+        u_k = tl.zeros([BB, BV], dtype=tl.float32)
+        for kc in tl.range(0, K, BK, num_stages=K_STAGES):
+            d_q, d_k = _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, kc + tl.arange(0, BK), mask_b, QK_BF16,
+                                UPCAST)
+            u_q += d_q
+            u_k += d_k
+    u_q = u_q * (c * inv_q)[:, None]
+    u_k = u_k * (c * inv_k)[:, None]
+    cq = cs * kqs
+    ck = cs * kks
+    for j in tl.static_range(STEP):
+        col = offs_t[None, :] == j
+        slot = tl.sum(tl.where(col, slots, 0), axis=1)
+        rec = (j * R + r) * W + slot
+        d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+                      mask=mask_b[:, None], other=0.0).to(tl.float32)
+        u_q += tl.sum(tl.where(col, cq, 0.0), axis=1)[:, None] * d_j
+        u_k += tl.sum(tl.where(col, ck, 0.0), axis=1)[:, None] * d_j
+
+    beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
+    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
+                mask=mask_b[:, None], other=0.0).to(tl.float32)
+    delta = beta[:, None] * (v - u_k)
+    o = u_q + delta * kq_t[:, None]
+    row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
+    tl.store(out_ptr + row_v, o.to(out_ptr.dtype.element_ty), mask=mask_b[:, None])
+    tl.store(delta_ptr + (rec_t * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+             delta.to(delta_ptr.dtype.element_ty), mask=mask_b[:, None])
+
+
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
 
@@ -218,7 +328,7 @@ def launch_config(K: int, V: int, W: int) -> dict:
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     return {"BB": bb, "BV": bv, "BK": K, "k_stages": 1, "num_warps": 4, "num_stages": 1,
-            "BB_PREP": min(bb, 32), "prep_warps": 4}
+            "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False}
 
 
 class OneLAStepper(Stepper):
@@ -232,8 +342,20 @@ class OneLAStepper(Stepper):
             raise ValueError(reason)
         self.store = GtrStore(geometry, R, W, T, device=device)
         self.anc = torch.zeros(2, R, W, T, dtype=torch.int32, device=device)
-        self.coef = torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
         self.config = {**launch_config(geometry.k, geometry.v, W), **(config or {})}   # tiles, fixed per decode
+        unknown = sorted(set(self.config) - set(launch_config(geometry.k, geometry.v, W)))
+        if unknown:
+            raise ValueError(f"onela: unknown launch config key(s) {unknown}")
+        bv, bk = self.config["BV"], self.config["BK"]
+        if geometry.v % bv or geometry.k % bk:
+            raise ValueError(f"onela: tiles BV={bv}, BK={bk} must divide V={geometry.v}, K={geometry.k}")
+        self.coef = None if self.config["fused"] else \
+            torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
+        self.kernel_info: dict = {}     # kernel name -> (registers per thread, spilled bytes) of its last compile
+
+    def _note_kernel(self, name, kern):
+        if getattr(kern, "n_regs", None) is not None:      # None under the interpreter
+            self.kernel_info[name] = (kern.n_regs, kern.n_spills)
 
     def reset(self, s_ctx, tail=None):
         self.s_ctx = check_reset(self, s_ctx, tail)
@@ -243,13 +365,26 @@ class OneLAStepper(Stepper):
         check_step(self, t, q, k, v, g, beta, parents, out)
         cfg = self.config
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
-        _onela_prep_kernel[(triton.cdiv(W, cfg["BB_PREP"]), R * geo.hk)](
+        tp = max(2, triton.next_power_of_2(t))
+        if cfg["fused"]:
+            kern = _onela_fused_kernel[(geo.v // cfg["BV"], triton.cdiv(W, cfg["BB"]), R * geo.hv)](
+                q, k, v, g, beta, self.s_ctx, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat,
+                self.store.delta, out, R, W, geo.hv, self.T,
+                q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
+                K=geo.k, V=geo.v, G=geo.group, STEP=t, TP=tp, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
+                K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET,
+                num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            )
+            self._note_kernel("fused", kern)
+            return out
+        kern = _onela_prep_kernel[(triton.cdiv(W, cfg["BB_PREP"]), R * geo.hk)](
             q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,
             R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2),
-            K=geo.k, G=geo.group, STEP=t, TP=max(2, triton.next_power_of_2(t)), BB=cfg["BB_PREP"],
+            K=geo.k, G=geo.group, STEP=t, TP=tp, BB=cfg["BB_PREP"],
             num_warps=cfg["prep_warps"],
         )
-        _onela_main_kernel[(geo.v // cfg["BV"], triton.cdiv(W, cfg["BB"]), R * geo.hv)](
+        self._note_kernel("prep", kern)
+        kern = _onela_main_kernel[(geo.v // cfg["BV"], triton.cdiv(W, cfg["BB"]), R * geo.hv)](
             q, k, v, beta, self.s_ctx, anc_cur, self.coef, self.store.delta, out,
             R, W, geo.hv, self.T,
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
@@ -257,6 +392,7 @@ class OneLAStepper(Stepper):
             K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"],
         )
+        self._note_kernel("main", kern)
         return out
 
     def persistent_bytes(self):

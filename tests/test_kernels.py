@@ -66,6 +66,21 @@ def test_onela_k_chunked_projection_is_the_same_math(bk, stages, device):
     assert (outs[0] - outs[1]).abs().max().item() <= 2e-4 * outs[0].abs().max().item()
 
 
+@pytest.mark.parametrize("lineage", LINEAGES)
+def test_onela_one_launch_kernel_gives_the_two_launch_outputs(lineage, device):
+    """v6 (config fused: prep and main in one launch) writes the same outputs, GTRs and ancestry rows as the
+    two-launch kernel on every small shape (HV = 4 HK, K != V, T = 1, partial beam tiles) and lineage."""
+    for geo, R, W, T in SMALL:
+        wl = make_workload(geo, R, W, T, lineage=lineage, seed=R * 7 + W, device=device, prompt_len=16)
+        (st2, out2), (st1, out1) = (_run(OneLAStepper, wl, torch.float32, cfg) for cfg in (None, {"fused": True}))
+        assert st1.coef is None and st2.coef is not None
+        assert torch.isfinite(out1).all(), "an output element was never written (poisoned NaN survived)"
+        assert (out1 - out2).abs().max().item() <= 1e-5 * out2.abs().max().item(), (geo, R, W, T)
+        assert torch.equal(st1.anc[(T - 1) % 2], st2.anc[(T - 1) % 2])
+        for a, b in zip(st1.store.tensors(), st2.store.tensors()):
+            assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6)
+
+
 def test_onela_records_match_replay_and_never_move(device):
     """The kernel's GTRs equal the reference replay's (to bf16), and a later step never rewrites an earlier one."""
     wl = make_workload(Geometry(2, 4, 16, 16), 2, 9, 4, lineage="beam", seed=7, device=device, prompt_len=16)
@@ -119,6 +134,10 @@ def test_bad_input_is_rejected_before_launch(device):
     with pytest.raises(ValueError, match="V=24 unsupported"):
         ControlledFullStateStepper(Geometry(2, 4, 16, 24), 2, 5, 2, device)
     assert "K=48" in get_path("onela").supports(Geometry(2, 4, 48, 16), wl.shape, device)
+    with pytest.raises(ValueError, match="BV=32, BK=16 must divide V=16"):
+        OneLAStepper(wl.geometry, 2, 5, 2, device, {"BV": 32})
+    with pytest.raises(ValueError, match=r"unknown launch config key\(s\) \['bv'\]"):
+        OneLAStepper(wl.geometry, 2, 5, 2, device, {"bv": 32})
     st = OneLAStepper(wl.geometry, 2, 5, 2, device)
     st.reset(wl.s_ctx)
     out = torch.empty(2, 5, 4, 16, device=device)
@@ -150,8 +169,9 @@ def test_gpu_every_geometry_within_paper_tolerance(name):
 
 @pytest.mark.parametrize("K,V", [(128, 128), (256, 64)])
 def test_every_tune_config_gives_the_default_outputs(K, V, device):
-    """Each launch configuration `kernels.bench --tune` times (tiles, warps, prep tile, K-chunks; per K) runs
-    and gives the default config's outputs, so a tuning run measures the same math (W=20: a partial tile)."""
+    """Each launch configuration `kernels.bench --tune` times (tiles, warps, prep tile, K-chunks, the one-launch
+    kernel; per K) runs and gives the default config's outputs, so a tuning run measures the same math (W=20:
+    a partial tile)."""
     from kernels.bench import tune_configs
     wl = make_workload(Geometry(1, 1, K, V), 1, 20, 2, lineage="beam", seed=3, device=device, prompt_len=8)
     base = _run(OneLAStepper, wl, torch.float32, None)[1]
