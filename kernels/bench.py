@@ -66,30 +66,32 @@ def tune_configs(K: int) -> list[dict]:
     K <= 128: BB=32 (twice the main kernel's programs at half the accumulator registers: R=4 W=512 runs 512
     programs at 3 blocks/SM, 1.3 waves), the other beam/value tiles and warps, the prep kernel's beam tile,
     and the K-chunked projection's two best configs (measured slower at R=4, kept as a check).
-    K = 256: the default halves BV to 64; the [BB, K] q/k operands are twice as large, so smaller tiles and
-    the K-chunked loop (BK = 128, 64) are the candidates there. Both: the one-launch kernel (v6, `fused`) at
+    K = 256: the default is BV=64 with the K-chunked loop (BK=64, 2 stages); the candidates are other tiles and
+    chunkings around it. Both: the one-launch kernel (v6, `fused`) at
     a few tiles."""
     if K <= 128:
         tiles = [(32, 128, 2), (32, 128, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4), (64, 128, 8),
                  (128, 64, 4), (128, 64, 8), (128, 128, 8)]
-        chunks = [(64, 128, 64, 1), (64, 128, 32, 3)]
+        chunks = [(64, 128, 64, 1, 4), (64, 128, 32, 3, 4)]
         fused = [(64, 128, 4), (32, 128, 4), (64, 128, 8), (128, 128, 8)]
     else:
-        tiles = [(32, 64, 4), (32, 32, 4), (64, 32, 4), (64, 64, 8), (128, 32, 4), (128, 64, 8), (16, 64, 4)]
-        chunks = [(64, 64, 128, 1), (64, 64, 128, 2), (64, 64, 64, 2), (32, 64, 128, 2)]
+        tiles = [(64, 64, 4), (64, 32, 4), (64, 64, 8), (128, 64, 8)]       # one [BV, 256] tile (the old default first)
+        # the default since this sweep's first run is (64, 64, BK=64, 2 stages, 4 warps)
+        chunks = [(64, 64, 128, 1, 4), (64, 64, 128, 2, 4), (64, 64, 64, 1, 4), (64, 64, 64, 3, 4),
+                  (128, 64, 64, 2, 8), (64, 64, 64, 2, 8), (64, 32, 64, 2, 4)]
         fused = [(64, 64, 4), (32, 64, 4), (64, 64, 8), (64, 32, 4)]
-    out = [{"BB": bb, "BV": bv, "num_warps": nw} for bb, bv, nw in tiles]
+    out = [{"BB": bb, "BV": bv, "num_warps": nw, "BK": K, "k_stages": 1} for bb, bv, nw in tiles]
     out += [{"fused": True, "BB": bb, "BV": bv, "num_warps": nw} for bb, bv, nw in fused]   # v6: one launch
     out += [{"BB_PREP": bbp} for bbp in (16, 64)]                       # the prep kernel's beam tile (default 32)
-    out += [{"BB": bb, "BV": bv, "num_warps": 4, "BK": bk, "k_stages": ks} for bb, bv, bk, ks in chunks]
+    out += [{"BB": bb, "BV": bv, "num_warps": nw, "BK": bk, "k_stages": ks} for bb, bv, bk, ks, nw in chunks]
     return out
 
 
-def _label(cfg: dict) -> str:
+def _label(cfg: dict, K: int) -> str:
     if "BB_PREP" in cfg:
         return f"prep{cfg['BB_PREP']}"
     text = ("fused," if cfg.get("fused") else "") + f"{cfg['BB']},{cfg['BV']},w{cfg['num_warps']}"
-    return text + (f",BK{cfg['BK']},s{cfg['k_stages']}" if "BK" in cfg else "")
+    return text + (f",BK{cfg['BK']},s{cfg['k_stages']}" if cfg.get("BK", K) < K else "")
 
 
 def main(argv=None) -> int:
@@ -121,8 +123,9 @@ def main(argv=None) -> int:
         if not args.no_fullstate:
             variants.append(("controlled_fullstate", _ConfiguredFullState()))
         if args.tune:
-            variants += [(f"onela[{_label(cfg)}]", _ConfiguredOneLA(cfg)) for cfg in tune_configs(wl.geometry.k)
-                         if args.match in _label(cfg)]
+            K = wl.geometry.k
+            variants += [(f"onela[{_label(cfg, K)}]", _ConfiguredOneLA(cfg)) for cfg in tune_configs(K)
+                         if args.match in _label(cfg, K)]
         while variants:                                 # pop: a variant's stepper is freed before the next
             name, path = variants.pop(0)
             try:

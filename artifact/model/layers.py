@@ -64,16 +64,16 @@ def gdn_gates(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: to
     return g.contiguous(), beta.contiguous()
 
 
-def causal_conv_step(history: list[torch.Tensor], x: torch.Tensor, weight: torch.Tensor,
-                     out: torch.Tensor | None = None) -> torch.Tensor:
+def causal_conv_step(history: list, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
+                     read=None) -> torch.Tensor:
     """One decode position of the depthwise causal conv: silu(sum_j w[:, j] * window[j]) in fp32.
 
-    history: the width-1 previous inputs, oldest first, each like x [..., C]; weight [C, width] fp32.
-    The result (x's dtype) goes to `out` when given.
+    history: the width-1 previous inputs, oldest first, each like x [..., C] (or whatever `read` turns into
+    one, read where it is used); weight [C, width] fp32. The result (x's dtype) goes to `out` when given.
     """
     acc = x.float() * weight[:, -1]
     for j, h in enumerate(history):
-        acc = acc + h.float() * weight[:, j]
+        acc = acc + (h if read is None else read(h)).float() * weight[:, j]
     if out is None:
         return F.silu(acc).to(x.dtype)
     return out.copy_(F.silu(acc))
