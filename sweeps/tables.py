@@ -1,5 +1,5 @@
 """Results-file housekeeping around artifact.results' append-only CSVs: torn-tail repair, schema check,
-row removal for `redo`, and the shard merge.
+row removal for `redo`, the shard merge, and folding a re-run into a results table.
 
 Every rewrite goes to a temporary file that replaces the original atomically (os.replace), so a kill at
 any moment leaves either the old or the new file, never a mix.
@@ -121,3 +121,55 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple[str, ...] = ()) -> dict:
+    """Fold the rows of a re-run (another results folder, e.g. a geometry re-run after a kernel change, or a
+    `redo=...` into a copy of the table) into results/<suite>.csv: each row of a run the table does not hold yet
+    replaces the row of the same config_hash (or is added), except rows of `keep_paths` (e.g. a baseline whose
+    package the re-run machine lacked). Rows of runs the table already holds -- a copied table's old rows, or a
+    re-run folded before -- are left alone, so folding is idempotent and never brings an old row back. The env
+    records (env/<run_id>.json, .wall.json) of every run whose rows came in are copied beside the table.
+    Returns {"replaced", "added", "kept", "runs", "orphaned"}: `orphaned` names the <suite> env records left
+    with no row (superseded runs; delete them, git keeps them)."""
+    results_dir, rerun_dir = Path(results_dir), Path(rerun_dir)
+    target, source = results_dir / f"{suite}.csv", rerun_dir / f"{suite}.csv"
+    for p in (target, source):
+        if not p.exists():
+            raise ResultsFileError(f"no results file {p}")
+        check_header(p)
+    rows = read_rows(target)
+    index = {r["config_hash"]: i for i, r in enumerate(rows)}
+    held = {r["run_id"] for r in rows}
+    counts = {"replaced": 0, "added": 0, "kept": 0}
+    runs: set[str] = set()
+    for r in read_rows(source):
+        if r["run_id"] in held:
+            continue
+        if r["path"] in keep_paths:
+            counts["kept"] += 1
+            continue
+        i = index.get(r["config_hash"])
+        if i is None:
+            index[r["config_hash"]] = len(rows)
+            rows.append(r)
+            counts["added"] += 1
+        else:
+            rows[i] = r
+            counts["replaced"] += 1
+        runs.add(r["run_id"])
+    missing = [run for run in sorted(runs) if not (rerun_dir / "env" / f"{run}.json").exists()]
+    if missing:
+        raise ResultsFileError(f"{rerun_dir / 'env'} lacks the env record of run(s) {missing}; "
+                               "a row is only kept beside its run's env record")
+    (results_dir / "env").mkdir(exist_ok=True)
+    for run in sorted(runs):
+        for ext in (".json", ".wall.json"):
+            src = rerun_dir / "env" / f"{run}{ext}"
+            if src.exists():
+                _atomic_write_bytes(results_dir / "env" / src.name, src.read_bytes())
+    write_rows(target, rows)
+    live = {r["run_id"] for r in rows}
+    orphaned = sorted(f.name for f in (results_dir / "env").glob(f"{suite}-*.json")
+                      if not f.name.endswith(".wall.json") and f.name[:-len(".json")] not in live)
+    return {**counts, "runs": sorted(runs), "orphaned": orphaned}

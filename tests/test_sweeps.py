@@ -26,7 +26,7 @@ from artifact.reference import fullstate_decode
 from sweeps import operator_runner, runners
 from sweeps.run import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, KILL_AFTER_ENV, run_sweep
 from sweeps.spec import ConfigError, shape_cells, shard_cells, validate
-from sweeps.tables import ResultsFileError, merge_shards, read_rows, write_rows
+from sweeps.tables import ResultsFileError, fold_rerun, merge_shards, read_rows, write_rows
 
 REPO = Path(__file__).resolve().parents[1]
 SUITES = ("operator", "recurrent_path", "traffic", "full_model", "smoke")
@@ -484,11 +484,42 @@ def test_a_file_with_another_schema_is_refused(tmp_path, capsys):
     assert old.read_text() == "suite,path,latency\nsmoke,onela,1.0\n"
 
 
+def test_fold_rerun_replaces_cells_keeps_named_paths_and_copies_env(tmp_path):
+    res, rerun = tmp_path / "results", tmp_path / "rerun"
+    for d in (res / "env", rerun / "env"):
+        d.mkdir(parents=True)
+    keep = _row("h3", run_id="s-a") | {"path": "kept"}
+    write_rows(res / "s.csv", [_row("h1", run_id="s-a"), _row("h2", run_id="s-old"), keep])
+    (res / "env" / "s-old.json").write_text("{}")
+    (rerun / "env" / "s-b.json").write_text("{}")
+    (rerun / "env" / "s-b.wall.json").write_text("{}")
+    write_rows(rerun / "s.csv", [_row("h1", latency="5.0", run_id="s-a"),        # a copied table's old row
+                                 _row("h2", latency="2.0", run_id="s-b"), _row("h4", run_id="s-b"),
+                                 _row("h3", latency="7.0", run_id="s-b") | {"path": "kept"}])
+    e = {**os.environ, "PYTHONPATH": str(REPO)}
+    p = subprocess.run([sys.executable, "-m", "sweeps.merge", "suite=s", f"results_dir={res}", f"from={rerun}",
+                        "keep_paths=kept"], env=e, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert "1 row(s) replaced, 1 added, 1 of ['kept'] left" in p.stdout
+    assert "no row left: ['s-old.json']" in p.stdout
+    rows = {r["config_hash"]: r for r in read_rows(res / "s.csv")}
+    assert [rows[h]["latency_ms"] for h in ("h1", "h2", "h3", "h4")] == ["1.0", "2.0", "1.0", "1.0"]
+    assert sorted(f.name for f in (res / "env").iterdir()) == ["s-b.json", "s-b.wall.json", "s-old.json"]
+    assert fold_rerun(res, "s", rerun, ("kept",))["replaced"] == 0                      # idempotent
+    (rerun / "env" / "s-b.json").unlink()
+    write_rows(res / "s.csv", [_row("h1", run_id="s-a")])
+    with pytest.raises(ResultsFileError, match=r"lacks the env record of run\(s\) \['s-b'\]"):
+        fold_rerun(res, "s", rerun)
+
+
 def test_merge_cli_names_bad_arguments(tmp_path):
     e = {**os.environ, "PYTHONPATH": str(REPO)}
     p = subprocess.run([sys.executable, "-m", "sweeps.merge", "suite=s", "resultsdir=x"], env=e, cwd=tmp_path,
                        capture_output=True, text=True)
     assert p.returncode == 1 and "resultsdir=x" in p.stderr
+    p = subprocess.run([sys.executable, "-m", "sweeps.merge", "suite=s", "keep_paths=a"], env=e, cwd=tmp_path,
+                       capture_output=True, text=True)
+    assert p.returncode == 1 and "keep_paths=... applies only with from=" in p.stderr
 
 
 # ---------------------------------------------------------------- GPU
