@@ -102,6 +102,7 @@ def main(argv=None) -> int:
     ap.add_argument("--no-fullstate", action="store_true")
     ap.add_argument("--match", default="", help="with --tune: only configs whose label contains this text")
     ap.add_argument("--R", type=int, nargs="+", default=[4, 16])
+    ap.add_argument("--W", type=int, default=512, help="beams per request")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("kernels.bench needs a CUDA GPU (CPU timings are not performance)", file=sys.stderr)
@@ -117,7 +118,7 @@ def main(argv=None) -> int:
 
     rows = []
     for R, T in itertools.product(args.R, (6, 2)):   # T = 6 compiles every STEP once
-        wl = make_workload(args.geometry, R, 512, T, lineage="beam", seed=0, device="cuda")
+        wl = make_workload(args.geometry, R, args.W, T, lineage="beam", seed=0, device="cuda")
         ref = fullstate_decode(wl)
         variants = [("onela", _ConfiguredOneLA())]
         if not args.no_fullstate:
@@ -133,7 +134,7 @@ def main(argv=None) -> int:
                 row = _row(name, wl, path, res, ceilings,
                            {"kernels": path.kernel_info()} if isinstance(path, _ConfiguredOneLA) else None)
             except Exception as e:  # noqa: BLE001 - a config that fails to compile is a recorded failure
-                row = {"path": name, "R": R, "W": 512, "O": T + 1, "status": "failed",
+                row = {"path": name, "R": R, "W": args.W, "O": T + 1, "status": "failed",
                        "reason": f"{type(e).__name__}: {str(e)[:200]}"}
             rows.append(row)
             print(f"{name:34s} R={R:2d} O={T + 1} {row['status']:6s} "
