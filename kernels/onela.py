@@ -37,6 +37,43 @@ def _mm(a, b, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HK, T_CAP, offs_b, mask_b,
+              khat_mask, K: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr):
+    """The key-axis work of step STEP for BB beams of key head hk: L2 norms (with the K^-1/2 scale), k-hat_t
+    stored where `khat_mask`, beam b's ancestry row h_t(b, j) = h_{t-1}(parent(b), j) for j < t-1 and
+    h_t(b, t-1) = parent(b), and k-hat_j . q-hat / k-hat_j . k-hat of every ancestral record, as [BB, TP]
+    columns. Returns (inv_q, inv_k, kq_t, slots, kqs, kks)."""
+    offs_k = tl.arange(0, K)
+    offs_t = tl.arange(0, TP)
+    qk_off = qk_row[:, None] + offs_k[None, :]
+    qf = tl.load(q_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
+    kf = tl.load(k_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
+    inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)      # q-hat = q * inv_q (eps as fla's l2norm)
+    inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)                    # k-hat = k * inv_k
+    kq_t = tl.sum(qf * kf, axis=1) * inv_q * inv_k
+    rec_t = (STEP * R + r) * W + offs_b
+    tl.store(khat_ptr + (rec_t * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
+             (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=khat_mask)
+    slots = tl.zeros([BB, TP], dtype=tl.int32)
+    kqs = tl.zeros([BB, TP], dtype=tl.float32)
+    kks = tl.zeros([BB, TP], dtype=tl.float32)
+    if STEP > 0:
+        par = tl.load(par_ptr + r * W + offs_b, mask=mask_b, other=0)
+        for j in tl.static_range(STEP):
+            if j == STEP - 1:
+                slot = par
+            else:
+                slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
+            slots = tl.where(offs_t[None, :] == j, slot[:, None], slots)
+            rec = (j * R + r) * W + slot
+            k_j = tl.load(khat_ptr + (rec * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
+                          mask=mask_b[:, None], other=0.0).to(tl.float32)
+            kqs = tl.where(offs_t[None, :] == j, (tl.sum(k_j * qf, axis=1) * inv_q)[:, None], kqs)
+            kks = tl.where(offs_t[None, :] == j, (tl.sum(k_j * kf, axis=1) * inv_k)[:, None], kks)
+    return inv_q, inv_k, kq_t, slots, kqs, kks
+
+
+@triton.jit
 def _onela_prep_kernel(
     q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr,
     R, W, HV, HK, T_CAP,
@@ -54,38 +91,15 @@ def _onela_prep_kernel(
     hk = pid_rh % HK
     offs_b = pid_b * BB + tl.arange(0, BB)
     mask_b = offs_b < W
-    offs_k = tl.arange(0, K)
     offs_t = tl.arange(0, TP)
     rw = r * W + offs_b
-
-    qk_off = r * sq_r + offs_b[:, None] * sq_w + hk * sq_h + offs_k[None, :]
-    qf = tl.load(q_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
-    kf = tl.load(k_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
-    inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)      # q-hat = q * inv_q (eps as fla's l2norm)
-    inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)                    # k-hat = k * inv_k
-    kq_t = tl.sum(qf * kf, axis=1) * inv_q * inv_k
     rec_t = (STEP * R + r) * W + offs_b
-    tl.store(khat_ptr + (rec_t * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
-             (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=mask_b[:, None])
 
-    # ancestry h_t(b, j) = h_{t-1}(parent(b), j) for j < t-1, h_t(b, t-1) = parent(b); then k-hat_j . q-hat
-    # and k-hat_j . k-hat for every ancestral record, kept as [BB, TP] columns
-    slots = tl.zeros([BB, TP], dtype=tl.int32)
-    kqs = tl.zeros([BB, TP], dtype=tl.float32)
-    kks = tl.zeros([BB, TP], dtype=tl.float32)
+    qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
+    inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
+        q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HK, T_CAP, offs_b, mask_b,
+        mask_b[:, None], K, STEP, TP, BB)
     if STEP > 0:
-        par = tl.load(par_ptr + rw, mask=mask_b, other=0)
-        for j in tl.static_range(STEP):
-            if j == STEP - 1:
-                slot = par
-            else:
-                slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
-            slots = tl.where(offs_t[None, :] == j, slot[:, None], slots)
-            rec = (j * R + r) * W + slot
-            k_j = tl.load(khat_ptr + (rec * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
-                          mask=mask_b[:, None], other=0.0).to(tl.float32)
-            kqs = tl.where(offs_t[None, :] == j, (tl.sum(k_j * qf, axis=1) * inv_q)[:, None], kqs)
-            kks = tl.where(offs_t[None, :] == j, (tl.sum(k_j * kf, axis=1) * inv_k)[:, None], kks)
         if hk == 0:
             tl.store(anc_next_ptr + rw[:, None] * T_CAP + offs_t[None, :], slots,
                      mask=mask_b[:, None] & (offs_t[None, :] < STEP))
@@ -143,6 +157,42 @@ def _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, offs_k, mask_b, QK_BF16: tl.con
 
 
 @triton.jit
+def _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, K: tl.constexpr, BB: tl.constexpr, BV: tl.constexpr,
+                 BK: tl.constexpr, K_STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
+    """u_q, u_k [BB, BV] over all of K: one tile, or K in chunks of BK (fewer live registers, and Triton can
+    pipeline the chunks' loads over K_STAGES)."""
+    if BK == K:
+        u_q, u_k = _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, tl.arange(0, K), mask_b, QK_BF16, UPCAST)
+    else:
+        u_q = tl.zeros([BB, BV], dtype=tl.float32)
+        u_k = tl.zeros([BB, BV], dtype=tl.float32)
+        for kc in tl.range(0, K, BK, num_stages=K_STAGES):
+            d_q, d_k = _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, kc + tl.arange(0, BK), mask_b, QK_BF16,
+                                UPCAST)
+            u_q += d_q
+            u_k += d_k
+    return u_q, u_k
+
+
+@triton.jit
+def _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b, offs_v,
+                sv_r, sv_w, sv_h, V: tl.constexpr, STEP: tl.constexpr):
+    """delta_t = beta (v - u_k) and o_t = u_q + delta_t (k-hat . q-hat) from the replayed projections; stores
+    o_t and appends delta_t as the new GTR's value part (written once)."""
+    gb_off = (r * W + offs_b) * HV + hv
+    beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
+    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
+                mask=mask_b[:, None], other=0.0).to(tl.float32)
+    delta = beta[:, None] * (v - u_k)
+    o = u_q + delta * kq_t[:, None]
+    row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
+    tl.store(out_ptr + row_v, o.to(out_ptr.dtype.element_ty), mask=mask_b[:, None])
+    rec_t = (STEP * R + r) * W + offs_b
+    tl.store(delta_ptr + (rec_t * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+             delta.to(delta_ptr.dtype.element_ty), mask=mask_b[:, None])
+
+
+@triton.jit
 def _onela_main_kernel(
     q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr,
     R, W, HV, T_CAP,
@@ -162,21 +212,11 @@ def _onela_main_kernel(
     offs_b = pid_b * BB + tl.arange(0, BB)
     mask_b = offs_b < W
     offs_v = pid_v * BV + tl.arange(0, BV)
-    offs_k = tl.arange(0, K)
     rw = r * W + offs_b
 
     qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
     s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
-    if BK == K:
-        u_q, u_k = _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, offs_k, mask_b, QK_BF16, UPCAST)
-    else:   # K in chunks: fewer live registers, and Triton can pipeline the chunks' loads (K_STAGES)
-        u_q = tl.zeros([BB, BV], dtype=tl.float32)
-        u_k = tl.zeros([BB, BV], dtype=tl.float32)
-        for kc in tl.range(0, K, BK, num_stages=K_STAGES):
-            d_q, d_k = _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, kc + tl.arange(0, BK), mask_b, QK_BF16,
-                                UPCAST)
-            u_q += d_q
-            u_k += d_k
+    u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, K, BB, BV, BK, K_STAGES, QK_BF16, UPCAST)
 
     plane = R * HV * W
     cbase = coef_ptr + (r * HV + hv) * W + offs_b
@@ -191,17 +231,8 @@ def _onela_main_kernel(
         u_q += tl.load(cbase + (3 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
         u_k += tl.load(cbase + (4 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
 
-    gb_off = rw * HV + hv
-    beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
-    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
-                mask=mask_b[:, None], other=0.0).to(tl.float32)
-    delta = beta[:, None] * (v - u_k)
-    o = u_q + delta * kq_t[:, None]
-    row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
-    tl.store(out_ptr + row_v, o.to(out_ptr.dtype.element_ty), mask=mask_b[:, None])
-    rec_t = (STEP * R + r) * W + offs_b                                     # the new GTR, written once
-    tl.store(delta_ptr + (rec_t * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
-             delta.to(delta_ptr.dtype.element_ty), mask=mask_b[:, None])
+    _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b, offs_v,
+                sv_r, sv_w, sv_h, V, STEP)
 
 
 @triton.jit
@@ -215,10 +246,10 @@ def _onela_fused_kernel(
     QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """v6: the prep and main kernels in one launch (kernels/NOTES.md). Each program does its own key-axis work
-    (norms, ancestry row, k-hat_j . q-hat / k-hat_j . k-hat, suffix products) before the projections, so no
-    coefficient table goes through memory and q, k are read once per step; a key head's work is repeated for
-    each of its G value heads and each V tile (L2 hits). The first V tile of each (value head, beam tile)
-    writes alpha_t, the first value head of a key head k-hat_t, value head 0 the ancestry row."""
+    (`_key_axis`, then the suffix products) before the projections, so no coefficient table goes through
+    memory and q, k are read once per step; a key head's work is repeated for each of its G value heads and
+    each V tile (L2 hits). The first V tile of each (value head, beam tile) writes alpha_t, the first value
+    head of a key head k-hat_t, value head 0 the ancestry row."""
     pid_v = tl.program_id(0)
     pid_b = tl.program_id(1)
     pid_rh = tl.program_id(2)
@@ -228,68 +259,32 @@ def _onela_fused_kernel(
     offs_b = pid_b * BB + tl.arange(0, BB)
     mask_b = offs_b < W
     offs_v = pid_v * BV + tl.arange(0, BV)
-    offs_k = tl.arange(0, K)
     offs_t = tl.arange(0, TP)
     rw = r * W + offs_b
-    gb_off = rw * HV + hv
     rec_t = (STEP * R + r) * W + offs_b
     first_v = pid_v == 0
 
-    # key axis, per beam: norms, k-hat_t, alpha_t, then every ancestral record's dots and alpha
     qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
-    qf = tl.load(q_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0).to(tl.float32)
-    kf = tl.load(k_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0).to(tl.float32)
-    inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)
-    inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)
-    kq_t = tl.sum(qf * kf, axis=1) * inv_q * inv_k
-    tl.store(khat_ptr + (rec_t * (HV // G) + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
-             (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty),
-             mask=mask_b[:, None] & first_v & (hv % G == 0))
-    alpha = tl.exp(tl.load(g_ptr + gb_off, mask=mask_b, other=0.0))
+    inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
+        q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HV // G, T_CAP, offs_b, mask_b,
+        mask_b[:, None] & first_v & (hv % G == 0), K, STEP, TP, BB)
+    alpha = tl.exp(tl.load(g_ptr + rw * HV + hv, mask=mask_b, other=0.0))
     tl.store(alpha_ptr + rec_t * HV + hv, alpha, mask=mask_b & first_v)
-    slots = tl.zeros([BB, TP], dtype=tl.int32)
-    kqs = tl.zeros([BB, TP], dtype=tl.float32)
-    kks = tl.zeros([BB, TP], dtype=tl.float32)
-    alphas = tl.zeros([BB, TP], dtype=tl.float32)
     if STEP > 0:
-        par = tl.load(par_ptr + rw, mask=mask_b, other=0)
-        for j in tl.static_range(STEP):
-            if j == STEP - 1:
-                slot = par
-            else:
-                slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
-            col = offs_t[None, :] == j
-            slots = tl.where(col, slot[:, None], slots)
-            rec = (j * R + r) * W + slot
-            k_j = tl.load(khat_ptr + (rec * (HV // G) + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
-                          mask=mask_b[:, None], other=0.0).to(tl.float32)
-            kqs = tl.where(col, (tl.sum(k_j * qf, axis=1) * inv_q)[:, None], kqs)
-            kks = tl.where(col, (tl.sum(k_j * kf, axis=1) * inv_k)[:, None], kks)
-            a_j = tl.load(alpha_ptr + rec * HV + hv, mask=mask_b, other=1.0)
-            alphas = tl.where(col, a_j[:, None], alphas)
         tl.store(anc_next_ptr + rw[:, None] * T_CAP + offs_t[None, :], slots,
                  mask=mask_b[:, None] & (offs_t[None, :] < STEP) & first_v & (hv == 0))
-    # suffix products: c_j = alpha_t * prod_{i > j} alpha_i, and P = alpha_t * prod_j alpha_j
+    # suffix products: c_j = alpha_t * prod_{i > j} alpha_i (column j of cs), and P = alpha_t * prod_j alpha_j
     cs = tl.zeros([BB, TP], dtype=tl.float32)
     c = alpha
     for jj in tl.static_range(STEP):
         j = STEP - 1 - jj
         col = offs_t[None, :] == j
         cs = tl.where(col, c[:, None], cs)
-        c = c * tl.sum(tl.where(col, alphas, 0.0), axis=1)
+        slot = tl.sum(tl.where(col, slots, 0), axis=1)
+        c = c * tl.load(alpha_ptr + ((j * R + r) * W + slot) * HV + hv, mask=mask_b, other=1.0)
 
-    # value axis: the shared-context projections, the closed-form replay, delta_t and o_t
     s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
-    if BK == K:
-        u_q, u_k = _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, offs_k, mask_b, QK_BF16, UPCAST)
-    else:
-        u_q = tl.zeros([BB, BV], dtype=tl.float32)
-        u_k = tl.zeros([BB, BV], dtype=tl.float32)
-        for kc in tl.range(0, K, BK, num_stages=K_STAGES):
-            d_q, d_k = _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, kc + tl.arange(0, BK), mask_b, QK_BF16,
-                                UPCAST)
-            u_q += d_q
-            u_k += d_k
+    u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, K, BB, BV, BK, K_STAGES, QK_BF16, UPCAST)
     u_q = u_q * (c * inv_q)[:, None]
     u_k = u_k * (c * inv_k)[:, None]
     cq = cs * kqs
@@ -303,15 +298,8 @@ def _onela_fused_kernel(
         u_q += tl.sum(tl.where(col, cq, 0.0), axis=1)[:, None] * d_j
         u_k += tl.sum(tl.where(col, ck, 0.0), axis=1)[:, None] * d_j
 
-    beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
-    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
-                mask=mask_b[:, None], other=0.0).to(tl.float32)
-    delta = beta[:, None] * (v - u_k)
-    o = u_q + delta * kq_t[:, None]
-    row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
-    tl.store(out_ptr + row_v, o.to(out_ptr.dtype.element_ty), mask=mask_b[:, None])
-    tl.store(delta_ptr + (rec_t * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
-             delta.to(delta_ptr.dtype.element_ty), mask=mask_b[:, None])
+    _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b, offs_v,
+                sv_r, sv_w, sv_h, V, STEP)
 
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -344,8 +332,9 @@ class OneLAStepper(Stepper):
             raise ValueError(reason)
         self.store = GtrStore(geometry, R, W, T, device=device)
         self.anc = torch.zeros(2, R, W, T, dtype=torch.int32, device=device)
-        self.config = {**launch_config(geometry.k, geometry.v, W), **(config or {})}   # tiles, fixed per decode
-        unknown = sorted(set(self.config) - set(launch_config(geometry.k, geometry.v, W)))
+        default = launch_config(geometry.k, geometry.v, W)
+        self.config = {**default, **(config or {})}                                   # tiles, fixed per decode
+        unknown = sorted(set(self.config) - set(default))
         if unknown:
             raise ValueError(f"onela: unknown launch config key(s) {unknown}")
         bv, bk = self.config["BV"], self.config["BK"]
