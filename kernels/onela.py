@@ -312,11 +312,11 @@ def _pow2(x: int) -> bool:
 def launch_config(K: int, V: int, W: int) -> dict:
     """Tile sizes and warps of both kernels, from the H200 tuning sweeps of kernels/NOTES.md. K <= 128: BB=64,
     BV=128, 4 warps (fastest at all four R x O cells of K = V = 128). K = 256: BV=64 and the projection in
-    K-chunks of 64 with 2 pipeline stages (1.6-1.8x faster than one [BV, 256] tile at R=4 on both K = 256
-    geometries; why is not profiled yet: kernels/NOTES.md)."""
+    K-chunks of 64, 1 stage (2 stages were 1.6-1.8x faster than one [BV, 256] tile at R=4 on both K = 256
+    geometries, 1 stage another 8-10 %; why is not profiled yet: kernels/NOTES.md)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
-    bk, k_stages = (K, 1) if K <= 128 else (64, 2)
+    bk, k_stages = (K, 1) if K <= 128 else (64, 1)
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": k_stages, "num_warps": 4, "num_stages": 1,
             "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False}
 
