@@ -88,10 +88,15 @@ def tune_configs(K: int) -> list[dict]:
 
 
 def _label(cfg: dict, K: int) -> str:
+    """A short name of a config's differences from the default, e.g. 'fused,128,128,w8' or 'it4,ls2'."""
     if "BB_PREP" in cfg:
         return f"prep{cfg['BB_PREP']}"
-    text = ("fused," if cfg.get("fused") else "") + f"{cfg['BB']},{cfg['BV']},w{cfg['num_warps']}"
-    return text + (f",BK{cfg['BK']},s{cfg['k_stages']}" if cfg.get("BK", K) < K else "")
+    fused = {True: "fused,", "first": "fused0,"}.get(cfg.get("fused"), "")
+    text = fused + (f"{cfg['BB']},{cfg['BV']},w{cfg['num_warps']}" if "BB" in cfg else "")
+    text += f",BK{cfg['BK']},s{cfg['k_stages']}" if cfg.get("BK", K) < K else ""
+    text += f",it{cfg['beam_iters']}" if cfg.get("beam_iters", 1) > 1 else ""
+    text += f",ls{cfg['loop_stages']}" if cfg.get("loop_stages", 1) > 1 else ""
+    return text.strip(",")
 
 
 def main(argv=None) -> int:
@@ -101,6 +106,8 @@ def main(argv=None) -> int:
     ap.add_argument("--geometry", default="qwen3_5_0_8b")
     ap.add_argument("--no-fullstate", action="store_true")
     ap.add_argument("--match", default="", help="with --tune: only configs whose label contains this text")
+    ap.add_argument("--config", action="append", default=[], type=json.loads,
+                    help='also time this launch config (JSON, e.g. \'{"beam_iters": 4}\'); repeatable')
     ap.add_argument("--R", type=int, nargs="+", default=[4, 16])
     ap.add_argument("--W", type=int, default=512, help="beams per request")
     args = ap.parse_args(argv)
@@ -127,6 +134,7 @@ def main(argv=None) -> int:
             K = wl.geometry.k
             variants += [(f"onela[{_label(cfg, K)}]", _ConfiguredOneLA(cfg)) for cfg in tune_configs(K)
                          if args.match in _label(cfg, K)]
+        variants += [(f"onela[{_label(cfg, wl.geometry.k)}]", _ConfiguredOneLA(cfg)) for cfg in args.config]
         while variants:                                 # pop: a variant's stepper is freed before the next
             name, path = variants.pop(0)
             try:

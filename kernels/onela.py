@@ -129,18 +129,21 @@ def _onela_prep_kernel(
 
 
 @triton.jit
-def _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, offs_k, mask_b, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
-    """u_q = q S^T and u_k = k S^T (raw q, k) over the K columns offs_k: [BB, BV] each, fp32-accurate.
-
-    S is split into bf16 hi + lo (16 significant bits); bf16 q, k are exact in bf16, so two bf16 products give
-    S q to about fp32 accuracy at the bf16 rate (tf32 would round S to 11 bits: kernels/NOTES.md)."""
-    q_in = tl.load(q_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
-    k_in = tl.load(k_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
+def _s_split(s_ptr, s_row, offs_k):
+    """S[rows, offs_k] (fp32) split into bf16 hi + lo (16 significant bits), transposed for the dots. bf16 q, k
+    are exact in bf16, so two bf16 products give S q to about fp32 accuracy at the bf16 rate (tf32 would round S
+    to 11 bits: kernels/NOTES.md)."""
     s_tile = tl.load(s_ptr + s_row[:, None] + offs_k[None, :])                  # [BV, BK] fp32
     s_hi = s_tile.to(tl.bfloat16)
     s_lo = (s_tile - s_hi.to(tl.float32)).to(tl.bfloat16)
-    s_hi_t = tl.trans(s_hi)
-    s_lo_t = tl.trans(s_lo)
+    return tl.trans(s_hi), tl.trans(s_lo)
+
+
+@triton.jit
+def _qk_dots(q_ptr, k_ptr, qk_row, offs_k, mask_b, s_hi_t, s_lo_t, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
+    """u_q = q S^T and u_k = k S^T (raw q, k) over the K columns offs_k against a split S tile: [BB, BV] each."""
+    q_in = tl.load(q_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
+    k_in = tl.load(k_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
     if QK_BF16:
         u_q = _mm(q_in, s_hi_t, UPCAST) + _mm(q_in, s_lo_t, UPCAST)
         u_k = _mm(k_in, s_hi_t, UPCAST) + _mm(k_in, s_lo_t, UPCAST)
@@ -157,21 +160,35 @@ def _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, offs_k, mask_b, QK_BF16: tl.con
 
 
 @triton.jit
-def _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, K: tl.constexpr, BB: tl.constexpr, BV: tl.constexpr,
-                 BK: tl.constexpr, K_STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
-    """u_q, u_k [BB, BV] over all of K: one tile, or K in chunks of BK (fewer live registers, and Triton can
-    pipeline the chunks' loads over K_STAGES)."""
+def _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K: tl.constexpr, BB: tl.constexpr,
+                 BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
+                 UPCAST: tl.constexpr):
+    """u_q, u_k [BB, BV] over all of K: against the program's split S tile (BK == K, split once by the caller
+    and reused for every beam tile it runs), or K in chunks of BK, each chunk of S loaded and split here (fewer
+    live registers, and Triton can pipeline the chunks' loads over K_STAGES)."""
     if BK == K:
-        u_q, u_k = _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, tl.arange(0, K), mask_b, QK_BF16, UPCAST)
+        u_q, u_k = _qk_dots(q_ptr, k_ptr, qk_row, tl.arange(0, K), mask_b, s_hi_t, s_lo_t, QK_BF16, UPCAST)
     else:
         u_q = tl.zeros([BB, BV], dtype=tl.float32)
         u_k = tl.zeros([BB, BV], dtype=tl.float32)
         for kc in tl.range(0, K, BK, num_stages=K_STAGES):
-            d_q, d_k = _project(q_ptr, k_ptr, s_ptr, qk_row, s_row, kc + tl.arange(0, BK), mask_b, QK_BF16,
-                                UPCAST)
+            offs_k = kc + tl.arange(0, BK)
+            c_hi_t, c_lo_t = _s_split(s_ptr, s_row, offs_k)
+            d_q, d_k = _qk_dots(q_ptr, k_ptr, qk_row, offs_k, mask_b, c_hi_t, c_lo_t, QK_BF16, UPCAST)
             u_q += d_q
             u_k += d_k
     return u_q, u_k
+
+
+@triton.jit
+def _s_tile(s_ptr, s_row, K: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr):
+    """The program's split S tile when the projection is one tile (BK == K); dummies for the K-chunked one."""
+    if BK == K:
+        s_hi_t, s_lo_t = _s_split(s_ptr, s_row, tl.arange(0, K))
+    else:
+        s_hi_t = tl.zeros([16, 16], dtype=tl.bfloat16)
+        s_lo_t = s_hi_t
+    return s_hi_t, s_lo_t
 
 
 @triton.jit
@@ -199,40 +216,42 @@ def _onela_main_kernel(
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr,
-    QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
+    BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
 ):
-    """The shared-context part: one S_ctx[BV, K] tile, both projections for BB beams on the tensor cores,
-    the replay as a weighted sum of gathered delta rows (independent loads), delta_t and o_t."""
+    """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
+    tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
+    of gathered delta rows (independent loads), delta_t and o_t."""
     pid_v = tl.program_id(0)          # fastest: the V tiles of one beam tile run together and share q, k in L2
     pid_b = tl.program_id(1)
     pid_rh = tl.program_id(2)
     r = pid_rh // HV
     hv = pid_rh % HV
     hk = hv // G
-    offs_b = pid_b * BB + tl.arange(0, BB)
-    mask_b = offs_b < W
     offs_v = pid_v * BV + tl.arange(0, BV)
-    rw = r * W + offs_b
-
-    qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
     s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
-    u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, K, BB, BV, BK, K_STAGES, QK_BF16, UPCAST)
-
+    s_hi_t, s_lo_t = _s_tile(s_ptr, s_row, K, BV, BK)
     plane = R * HV * W
-    cbase = coef_ptr + (r * HV + hv) * W + offs_b
-    u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
-    u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
-    kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
-    for j in tl.static_range(STEP):
-        slot = tl.load(anc_ptr + rw * T_CAP + j, mask=mask_b, other=0)
-        rec = (j * R + r) * W + slot
-        d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
-                      mask=mask_b[:, None], other=0.0).to(tl.float32)
-        u_q += tl.load(cbase + (3 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
-        u_k += tl.load(cbase + (4 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
+    for it in tl.range(0, BEAM_ITERS, num_stages=LOOP_STAGES):
+        offs_b = (pid_b * BEAM_ITERS + it) * BB + tl.arange(0, BB)
+        mask_b = offs_b < W
+        rw = r * W + offs_b
+        qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
+        u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
+                                K_STAGES, QK_BF16, UPCAST)
+        cbase = coef_ptr + (r * HV + hv) * W + offs_b
+        u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
+        u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
+        kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
+        for j in tl.static_range(STEP):
+            slot = tl.load(anc_ptr + rw * T_CAP + j, mask=mask_b, other=0)
+            rec = (j * R + r) * W + slot
+            d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+                          mask=mask_b[:, None], other=0.0).to(tl.float32)
+            u_q += tl.load(cbase + (3 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
+            u_k += tl.load(cbase + (4 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
 
-    _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b, offs_v,
-                sv_r, sv_w, sv_h, V, STEP)
+        _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b,
+                    offs_v, sv_r, sv_w, sv_h, V, STEP)
 
 
 @triton.jit
@@ -243,7 +262,7 @@ def _onela_fused_kernel(
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr,
-    QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
+    BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """v6: the prep and main kernels in one launch (kernels/NOTES.md). Each program does its own key-axis work
     (`_key_axis`, then the suffix products) before the projections, so no coefficient table goes through
@@ -256,50 +275,52 @@ def _onela_fused_kernel(
     r = pid_rh // HV
     hv = pid_rh % HV
     hk = hv // G
-    offs_b = pid_b * BB + tl.arange(0, BB)
-    mask_b = offs_b < W
     offs_v = pid_v * BV + tl.arange(0, BV)
     offs_t = tl.arange(0, TP)
-    rw = r * W + offs_b
-    rec_t = (STEP * R + r) * W + offs_b
     first_v = pid_v == 0
-
-    qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
-    inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
-        q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HV // G, T_CAP, offs_b, mask_b,
-        mask_b[:, None] & first_v & (hv % G == 0), K, STEP, TP, BB)
-    alpha = tl.exp(tl.load(g_ptr + rw * HV + hv, mask=mask_b, other=0.0))
-    tl.store(alpha_ptr + rec_t * HV + hv, alpha, mask=mask_b & first_v)
-    if STEP > 0:
-        tl.store(anc_next_ptr + rw[:, None] * T_CAP + offs_t[None, :], slots,
-                 mask=mask_b[:, None] & (offs_t[None, :] < STEP) & first_v & (hv == 0))
-    # suffix products: c_j = alpha_t * prod_{i > j} alpha_i (column j of cs), and P = alpha_t * prod_j alpha_j
-    cs = tl.zeros([BB, TP], dtype=tl.float32)
-    c = alpha
-    for jj in tl.static_range(STEP):
-        j = STEP - 1 - jj
-        col = offs_t[None, :] == j
-        cs = tl.where(col, c[:, None], cs)
-        slot = tl.sum(tl.where(col, slots, 0), axis=1)
-        c = c * tl.load(alpha_ptr + ((j * R + r) * W + slot) * HV + hv, mask=mask_b, other=1.0)
-
     s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
-    u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, K, BB, BV, BK, K_STAGES, QK_BF16, UPCAST)
-    u_q = u_q * (c * inv_q)[:, None]
-    u_k = u_k * (c * inv_k)[:, None]
-    cq = cs * kqs
-    ck = cs * kks
-    for j in tl.static_range(STEP):
-        col = offs_t[None, :] == j
-        slot = tl.sum(tl.where(col, slots, 0), axis=1)
-        rec = (j * R + r) * W + slot
-        d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
-                      mask=mask_b[:, None], other=0.0).to(tl.float32)
-        u_q += tl.sum(tl.where(col, cq, 0.0), axis=1)[:, None] * d_j
-        u_k += tl.sum(tl.where(col, ck, 0.0), axis=1)[:, None] * d_j
+    s_hi_t, s_lo_t = _s_tile(s_ptr, s_row, K, BV, BK)
+    for it in tl.range(0, BEAM_ITERS, num_stages=LOOP_STAGES):
+        offs_b = (pid_b * BEAM_ITERS + it) * BB + tl.arange(0, BB)
+        mask_b = offs_b < W
+        rw = r * W + offs_b
+        rec_t = (STEP * R + r) * W + offs_b
+        qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
+        inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
+            q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HV // G, T_CAP, offs_b, mask_b,
+            mask_b[:, None] & first_v & (hv % G == 0), K, STEP, TP, BB)
+        alpha = tl.exp(tl.load(g_ptr + rw * HV + hv, mask=mask_b, other=0.0))
+        tl.store(alpha_ptr + rec_t * HV + hv, alpha, mask=mask_b & first_v)
+        if STEP > 0:
+            tl.store(anc_next_ptr + rw[:, None] * T_CAP + offs_t[None, :], slots,
+                     mask=mask_b[:, None] & (offs_t[None, :] < STEP) & first_v & (hv == 0))
+        # suffix products: c_j = alpha_t * prod_{i > j} alpha_i (column j of cs), and P = alpha_t * prod_j alpha_j
+        cs = tl.zeros([BB, TP], dtype=tl.float32)
+        c = alpha
+        for jj in tl.static_range(STEP):
+            j = STEP - 1 - jj
+            col = offs_t[None, :] == j
+            cs = tl.where(col, c[:, None], cs)
+            slot = tl.sum(tl.where(col, slots, 0), axis=1)
+            c = c * tl.load(alpha_ptr + ((j * R + r) * W + slot) * HV + hv, mask=mask_b, other=1.0)
 
-    _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b, offs_v,
-                sv_r, sv_w, sv_h, V, STEP)
+        u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
+                                K_STAGES, QK_BF16, UPCAST)
+        u_q = u_q * (c * inv_q)[:, None]
+        u_k = u_k * (c * inv_k)[:, None]
+        cq = cs * kqs
+        ck = cs * kks
+        for j in tl.static_range(STEP):
+            col = offs_t[None, :] == j
+            slot = tl.sum(tl.where(col, slots, 0), axis=1)
+            rec = (j * R + r) * W + slot
+            d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+                          mask=mask_b[:, None], other=0.0).to(tl.float32)
+            u_q += tl.sum(tl.where(col, cq, 0.0), axis=1)[:, None] * d_j
+            u_k += tl.sum(tl.where(col, ck, 0.0), axis=1)[:, None] * d_j
+
+        _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b,
+                    offs_v, sv_r, sv_w, sv_h, V, STEP)
 
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -318,7 +339,7 @@ def launch_config(K: int, V: int, W: int) -> dict:
     bv = min(V, 128 if K <= 128 else 64)
     bk, k_stages = (K, 1) if K <= 128 else (64, 1)
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": k_stages, "num_warps": 4, "num_stages": 1,
-            "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False}
+            "beam_iters": 1, "loop_stages": 1, "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False}
 
 
 class OneLAStepper(Stepper):
@@ -340,7 +361,9 @@ class OneLAStepper(Stepper):
         bv, bk = self.config["BV"], self.config["BK"]
         if geometry.v % bv or geometry.k % bk:
             raise ValueError(f"onela: tiles BV={bv}, BK={bk} must divide V={geometry.v}, K={geometry.k}")
-        self.coef = None if self.config["fused"] else \
+        if self.config["fused"] not in (False, True, "first"):
+            raise ValueError(f"onela: config fused={self.config['fused']!r}: must be False, True or 'first'")
+        self.coef = None if self.config["fused"] is True else \
             torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
         self.kernel_info: dict = {}     # kernel name -> (registers per thread, spilled bytes) of its last compile
 
@@ -357,13 +380,15 @@ class OneLAStepper(Stepper):
         cfg = self.config
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
         tp = max(2, triton.next_power_of_2(t))
-        if cfg["fused"]:
-            kern = _onela_fused_kernel[(geo.v // cfg["BV"], triton.cdiv(W, cfg["BB"]), R * geo.hv)](
+        n_btiles = triton.cdiv(W, cfg["BB"] * cfg["beam_iters"])
+        loop = {"BEAM_ITERS": cfg["beam_iters"], "LOOP_STAGES": cfg["loop_stages"]}
+        if cfg["fused"] is True or (cfg["fused"] == "first" and t == 0):
+            kern = _onela_fused_kernel[(geo.v // cfg["BV"], n_btiles, R * geo.hv)](
                 q, k, v, g, beta, self.s_ctx, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat,
                 self.store.delta, out, R, W, geo.hv, self.T,
                 q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
                 K=geo.k, V=geo.v, G=geo.group, STEP=t, TP=tp, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
-                K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET,
+                K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, **loop,
                 num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
             )
             self._note_kernel("fused", kern)
@@ -375,13 +400,13 @@ class OneLAStepper(Stepper):
             num_warps=cfg["prep_warps"],
         )
         self._note_kernel("prep", kern)
-        kern = _onela_main_kernel[(geo.v // cfg["BV"], triton.cdiv(W, cfg["BB"]), R * geo.hv)](
+        kern = _onela_main_kernel[(geo.v // cfg["BV"], n_btiles, R * geo.hv)](
             q, k, v, beta, self.s_ctx, anc_cur, self.coef, self.store.delta, out,
             R, W, geo.hv, self.T,
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
             K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
-            K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"],
+            K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, **loop,
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
         self._note_kernel("main", kern)
         return out
