@@ -92,7 +92,8 @@ def _label(cfg: dict, K: int) -> str:
     if "BB_PREP" in cfg:
         return f"prep{cfg['BB_PREP']}"
     fused = {True: "fused,", "first": "fused0,"}.get(cfg.get("fused"), "")
-    text = fused + (f"{cfg['BB']},{cfg['BV']},w{cfg['num_warps']}" if "BB" in cfg else "")
+    tile = [cfg.get("BB", "-"), cfg.get("BV", "-"), f"w{cfg.get('num_warps', '-')}"]
+    text = fused + (",".join(map(str, tile)) if {"BB", "BV", "num_warps"} & set(cfg) else "")
     text += f",BK{cfg['BK']},s{cfg['k_stages']}" if cfg.get("BK", K) < K else ""
     text += f",it{cfg['beam_iters']}" if cfg.get("beam_iters", 1) > 1 else ""
     text += f",ls{cfg['loop_stages']}" if cfg.get("loop_stages", 1) > 1 else ""
