@@ -339,7 +339,7 @@ def launch_config(K: int, V: int, W: int) -> dict:
     bv = min(V, 128 if K <= 128 else 64)
     bk, k_stages = (K, 1) if K <= 128 else (64, 1)
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": k_stages, "num_warps": 4, "num_stages": 1,
-            "beam_iters": 1, "loop_stages": 1, "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False}
+            "beam_iters": 1, "loop_stages": 1, "loop_max_step": 99, "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False}
 
 
 class OneLAStepper(Stepper):
@@ -380,8 +380,9 @@ class OneLAStepper(Stepper):
         cfg = self.config
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
         tp = max(2, triton.next_power_of_2(t))
-        n_btiles = triton.cdiv(W, cfg["BB"] * cfg["beam_iters"])
-        loop = {"BEAM_ITERS": cfg["beam_iters"], "LOOP_STAGES": cfg["loop_stages"]}
+        iters = cfg["beam_iters"] if t <= cfg["loop_max_step"] else 1
+        n_btiles = triton.cdiv(W, cfg["BB"] * iters)
+        loop = {"BEAM_ITERS": iters, "LOOP_STAGES": cfg["loop_stages"] if iters > 1 else 1}
         if cfg["fused"] is True or (cfg["fused"] == "first" and t == 0):
             kern = _onela_fused_kernel[(geo.v // cfg["BV"], n_btiles, R * geo.hv)](
                 q, k, v, g, beta, self.s_ctx, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat,
