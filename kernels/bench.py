@@ -91,7 +91,7 @@ def _label(cfg: dict, K: int) -> str:
     """A short name of a config's differences from the default, e.g. 'fused,128,128,w8' or 'it4,ls2'."""
     if "BB_PREP" in cfg:
         return f"prep{cfg['BB_PREP']}"
-    fused = {True: "fused,", "first": "fused0,"}.get(cfg.get("fused"), "")
+    fused = "fused," if cfg.get("fused") else ""
     tile = [cfg.get("BB", "-"), cfg.get("BV", "-"), f"w{cfg.get('num_warps', '-')}"]
     text = fused + (",".join(map(str, tile)) if {"BB", "BV", "num_warps"} & set(cfg) else "")
     text += f",BK{cfg['BK']},s{cfg['k_stages']}" if cfg.get("BK", K) < K else ""

@@ -330,16 +330,26 @@ def _pow2(x: int) -> bool:
     return x >= 16 and (x & (x - 1)) == 0
 
 
-def launch_config(K: int, V: int, W: int) -> dict:
+def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 132) -> dict:
     """Tile sizes and warps of both kernels, from the H200 tuning sweeps of kernels/NOTES.md. K <= 128: BB=64,
     BV=128, 4 warps (fastest at all four R x O cells of K = V = 128). K = 256: BV=64 and the projection in
     K-chunks of 64, 1 stage (2 stages were 1.6-1.8x faster than one [BV, 256] tile at R=4 on both K = 256
-    geometries, 1 stage another 8-10 %; why is not profiled yet: kernels/NOTES.md)."""
+    geometries, 1 stage another 8-10 %; why is not profiled yet: kernels/NOTES.md).
+
+    beam_iters (K <= 128 only, where the S tile is split once per program): each main-kernel program runs that
+    many beam tiles, the most (up to 8) that still leaves ~2 programs per SM -- one wave at the 2 blocks per SM
+    its registers allow -- and only up to step loop_max_step = 2, past which the replay's registers make the
+    loop spill (kernels/NOTES.md, v7: 7 % / 3 % faster at R=4 O=3 / O=7, 13 % / 4 % at R=16)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk, k_stages = (K, 1) if K <= 128 else (64, 1)
+    tiles = R * HV * triton.cdiv(W, bb) * (V // bv)
+    iters = 1
+    while bk == K and iters < 8 and tiles / (2 * iters) >= 0.9 * 2 * n_sm:
+        iters *= 2
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": k_stages, "num_warps": 4, "num_stages": 1,
-            "beam_iters": 1, "loop_stages": 1, "loop_max_step": 99, "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False}
+            "beam_iters": iters, "loop_stages": 1, "loop_max_step": 2, "BB_PREP": min(bb, 32), "prep_warps": 4,
+            "fused": False}
 
 
 class OneLAStepper(Stepper):
@@ -353,7 +363,9 @@ class OneLAStepper(Stepper):
             raise ValueError(reason)
         self.store = GtrStore(geometry, R, W, T, device=device)
         self.anc = torch.zeros(2, R, W, T, dtype=torch.int32, device=device)
-        default = launch_config(geometry.k, geometry.v, W)
+        n_sm = torch.cuda.get_device_properties(self.device).multi_processor_count \
+            if self.device.type == "cuda" else 132
+        default = launch_config(geometry.k, geometry.v, W, R, geometry.hv, n_sm)
         self.config = {**default, **(config or {})}                                   # tiles, fixed per decode
         unknown = sorted(set(self.config) - set(default))
         if unknown:
@@ -361,9 +373,7 @@ class OneLAStepper(Stepper):
         bv, bk = self.config["BV"], self.config["BK"]
         if geometry.v % bv or geometry.k % bk:
             raise ValueError(f"onela: tiles BV={bv}, BK={bk} must divide V={geometry.v}, K={geometry.k}")
-        if self.config["fused"] not in (False, True, "first"):
-            raise ValueError(f"onela: config fused={self.config['fused']!r}: must be False, True or 'first'")
-        self.coef = None if self.config["fused"] is True else \
+        self.coef = None if self.config["fused"] else \
             torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
         self.kernel_info: dict = {}     # kernel name -> (registers per thread, spilled bytes) of its last compile
 
@@ -383,7 +393,7 @@ class OneLAStepper(Stepper):
         iters = cfg["beam_iters"] if t <= cfg["loop_max_step"] else 1
         n_btiles = triton.cdiv(W, cfg["BB"] * iters)
         loop = {"BEAM_ITERS": iters, "LOOP_STAGES": cfg["loop_stages"] if iters > 1 else 1}
-        if cfg["fused"] is True or (cfg["fused"] == "first" and t == 0):
+        if cfg["fused"]:
             kern = _onela_fused_kernel[(geo.v // cfg["BV"], n_btiles, R * geo.hv)](
                 q, k, v, g, beta, self.s_ctx, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat,
                 self.store.delta, out, R, W, geo.hv, self.T,
