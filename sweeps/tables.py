@@ -7,6 +7,7 @@ any moment leaves either the old or the new file, never a mix.
 from __future__ import annotations
 
 import csv
+import io
 import os
 import re
 from pathlib import Path
@@ -123,6 +124,30 @@ def _atomic_write_bytes(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
+def _fold_side_table(target: Path, source: Path, hashes: set) -> None:
+    """Replace (or add) the rows of `hashes` in side table `target` by `source`'s, keeping target's columns."""
+    with open(source, newline="") as f:
+        new = {r["config_hash"]: r for r in csv.DictReader(f) if r["config_hash"] in hashes}
+    if not new:
+        return
+    old, cols = [], list(next(iter(new.values())).keys())
+    if target.exists():
+        with open(target, newline="") as f:
+            reader = csv.DictReader(f)
+            cols, old = list(reader.fieldnames or cols), list(reader)
+    seen, out = set(), []
+    for r in old:
+        h = r["config_hash"]
+        out.append(new.get(h, r))
+        seen.add(h)
+    out += [r for h, r in new.items() if h not in seen]
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
+    w.writeheader()
+    w.writerows(out)
+    _atomic_write_bytes(target, buf.getvalue().encode())
+
+
 def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple[str, ...] = ()) -> dict:
     """Fold the rows of a re-run (another results folder, e.g. a geometry re-run after a kernel change, or a
     `redo=...` into a copy of the table) into results/<suite>.csv: each row of a run the table does not hold yet
@@ -130,6 +155,8 @@ def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple
     package the re-run machine lacked). Rows of runs the table already holds -- a copied table's old rows, or a
     re-run folded before -- are left alone, so folding is idempotent and never brings an old row back. The env
     records (env/<run_id>.json, .wall.json) of every run whose rows came in are copied beside the table.
+    A side table of the suite (<suite>_*.csv beside it, rows keyed by config_hash, e.g. full_model_recurrent.csv)
+    follows its rows: the re-run's side rows of every folded config_hash replace the table's.
     Returns {"replaced", "added", "kept", "runs", "orphaned"}: `orphaned` names the <suite> env records left
     with no row (superseded runs; delete them, git keeps them)."""
     results_dir, rerun_dir = Path(results_dir), Path(rerun_dir)
@@ -168,6 +195,9 @@ def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple
             src = rerun_dir / "env" / f"{run}{ext}"
             if src.exists():
                 _atomic_write_bytes(results_dir / "env" / src.name, src.read_bytes())
+    folded = {r["config_hash"] for r in read_rows(source) if r["run_id"] in runs and r["path"] not in keep_paths}
+    for side_src in sorted(rerun_dir.glob(f"{suite}_*.csv")):
+        _fold_side_table(results_dir / side_src.name, side_src, folded)
     write_rows(target, rows)
     live = {r["run_id"] for r in rows}
     orphaned = sorted(f.name for f in (results_dir / "env").glob(f"{suite}-*.json")

@@ -496,10 +496,15 @@ def test_fold_rerun_replaces_cells_keeps_named_paths_and_copies_env(tmp_path):
     write_rows(rerun / "s.csv", [_row("h1", latency="5.0", run_id="s-a"),        # a copied table's old row
                                  _row("h2", latency="2.0", run_id="s-b"), _row("h4", run_id="s-b"),
                                  _row("h3", latency="7.0", run_id="s-b") | {"path": "kept"}])
+    (res / "s_side.csv").write_text("config_hash,x\nh1,old\nh2,old\nh3,old\n")            # a side table
+    (rerun / "s_side.csv").write_text("config_hash,x\nh2,new\nh3,new\nh4,new\nh9,stray\n")
     e = {**os.environ, "PYTHONPATH": str(REPO)}
     p = subprocess.run([sys.executable, "-m", "sweeps.merge", "suite=s", f"results_dir={res}", f"from={rerun}",
                         "keep_paths=kept"], env=e, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
+    with open(res / "s_side.csv", newline="") as f:    # folded cells' side rows follow them; kept / stray do not
+        assert [(r["config_hash"], r["x"]) for r in csv.DictReader(f)] == \
+            [("h1", "old"), ("h2", "new"), ("h3", "old"), ("h4", "new")]
     assert "1 row(s) replaced, 1 added, 1 of ['kept'] left" in p.stdout
     assert "no row left: ['s-old.json']" in p.stdout
     rows = {r["config_hash"]: r for r in read_rows(res / "s.csv")}
