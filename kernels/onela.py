@@ -6,8 +6,8 @@ Two launches per decode step (kernels/NOTES.md, v4):
   row (read at row parent(b) of the previous table, written to the other of two ping-pong tables: a gather
   of indices, never of records), the dot products k-hat_j . q-hat and k-hat_j . k-hat of every ancestral
   record, and the suffix products of the ancestral alphas, as a small coefficient table.
-- `_onela_main_kernel`, one program per (BV tile of V, beam tile, request x value head): loads the
-  S_ctx[r, hv][BV, K] tile once and uses it for every beam of the tile -- u_q = q S^T and u_k = k S^T are
+- `_onela_main_kernel`, one program per (BV tile of V, beam_iters beam tiles, request x value head): loads the
+  S_ctx[r, hv][BV, K] tile once and uses it for every beam of its tiles (v7) -- u_q = q S^T and u_k = k S^T are
   [BB, K] x [K, BV] tensor-core products (bf16 q, k against S split into bf16 hi + lo: fp32-level accuracy at
   the bf16 rate; kernels/NOTES.md says why not tf32) -- then replays the ancestral GTRs in closed form,
   u = P u0 + sum_j c_j delta_j, each delta_j gathered through the ancestry row independently of the others,
