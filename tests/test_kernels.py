@@ -81,6 +81,19 @@ def test_onela_beam_loop_gives_the_one_tile_per_program_outputs(cfg, device):
         assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
 
 
+def test_onela_launch_config_beam_loop_rule():
+    """v7's rule (kernels/NOTES.md): the most beam tiles per program, up to 8, that keep ~2 programs per SM,
+    only where the S tile is one tile (K <= 128), only up to step 2; small grids keep one tile per program."""
+    from kernels.onela import launch_config
+    iters = {(R, W): launch_config(128, 128, W, R, 16, n_sm=132)["beam_iters"]
+             for R in (4, 8, 16) for W in (128, 256, 512)}
+    assert iters == {(4, 128): 1, (4, 256): 1, (4, 512): 2, (8, 128): 1, (8, 256): 2, (8, 512): 4,
+                     (16, 128): 2, (16, 256): 4, (16, 512): 8}
+    assert launch_config(256, 256, 512, 16, 16)["beam_iters"] == 1           # K-chunked: no S tile to keep
+    assert launch_config(128, 128, 512, 4, 16, n_sm=264)["beam_iters"] == 1    # twice the SMs: no loop
+    assert launch_config(128, 128, 512, 16, 16)["loop_max_step"] == 2
+
+
 @pytest.mark.parametrize("lineage", LINEAGES)
 def test_onela_one_launch_kernel_gives_the_two_launch_outputs(lineage, device):
     """v6 (config fused: prep and main in one launch) writes the same outputs, GTRs and ancestry rows as the
