@@ -67,7 +67,7 @@ class DecodeOps:
         # No device-side bound check on gathered indices: the ancestry columns and parents are built in range
         # (artifact.model.beam_state; CPU-tested), and Inductor's per-element `tl.device_assert` made OneLA's conv
         # with the ancestral gather inside take 49 us per call instead of 31.5 (the conv without a gather: 30)
-        # in one H200 run (results/full_model_profile/); applied to every path alike.
+        # in one H200 A/B (results/full_model_assert_ab/). Applied to every path; only OneLA's ops gather.
         opts = {"assert_indirect_indexing": False}
         for name, fn in FUNCTIONS.items():
             setattr(self, name, torch.compile(fn, fullgraph=True, dynamic=False, options=opts) if compile else fn)
