@@ -210,13 +210,27 @@ def _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W
 
 
 @triton.jit
+def _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP, plane, offs_v, mask_b,
+                  V: tl.constexpr):
+    """Add depth j's ancestral record: u += c_j (k_j . x) delta_j, delta_j gathered through the ancestry row."""
+    slot = tl.load(anc_ptr + rw * T_CAP + j, mask=mask_b, other=0)
+    rec = (j * R + r) * W + slot
+    d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+                  mask=mask_b[:, None], other=0.0).to(tl.float32)
+    u_q += tl.load(cbase + (3 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
+    u_k += tl.load(cbase + (4 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
+    return u_q, u_k
+
+
+@triton.jit
 def _onela_main_kernel(
     q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr,
     R, W, HV, T_CAP,
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr,
-    BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
+    BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
+    UPCAST: tl.constexpr,
 ):
     """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
     tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
@@ -242,13 +256,14 @@ def _onela_main_kernel(
         u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
         u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
         kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
-        for j in tl.static_range(STEP):
-            slot = tl.load(anc_ptr + rw * T_CAP + j, mask=mask_b, other=0)
-            rec = (j * R + r) * W + slot
-            d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
-                          mask=mask_b[:, None], other=0.0).to(tl.float32)
-            u_q += tl.load(cbase + (3 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
-            u_k += tl.load(cbase + (4 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
+        if REPLAY_STAGES == 0:      # unrolled: every depth's gather can be issued at once (registers permitting)
+            for j in tl.static_range(STEP):
+                u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
+                                         plane, offs_v, mask_b, V)
+        else:                       # a loop: one depth's rows live at a time, the next prefetched (REPLAY_STAGES)
+            for j in tl.range(0, STEP, num_stages=REPLAY_STAGES):
+                u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
+                                         plane, offs_v, mask_b, V)
 
         _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b,
                     offs_v, sv_r, sv_w, sv_h, V, STEP)
@@ -339,7 +354,8 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     beam_iters (K <= 128 only, where the S tile is split once per program): each main-kernel program runs that
     many beam tiles, the most (up to 8) that still leaves ~2 programs per SM -- one wave at the 2 blocks per SM
     its registers allow -- and only up to step loop_max_step = 2, past which the replay's registers make the
-    loop spill (kernels/NOTES.md, v7: 7 % / 3 % faster at R=4 O=3 / O=7, 13 % / 4 % at R=16)."""
+    loop spill (kernels/NOTES.md, v7: 7 % / 3 % faster at R=4 O=3 / O=7, 13 % / 4 % at R=16). replay_stages
+    (untimed option, 0 = off): the replay as a loop over depths instead of unrolled, to bound its registers."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk, k_stages = (K, 1) if K <= 128 else (64, 1)
@@ -348,7 +364,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     while bk == K and iters < 8 and tiles / (2 * iters) >= 0.9 * 2 * n_sm:
         iters *= 2
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": k_stages, "num_warps": 4, "num_stages": 1,
-            "beam_iters": iters, "loop_stages": 1, "loop_max_step": 2, "BB_PREP": min(bb, 32), "prep_warps": 4,
+            "beam_iters": iters, "loop_stages": 1, "loop_max_step": 2, "replay_stages": 0, "BB_PREP": min(bb, 32), "prep_warps": 4,
             "fused": False}
 
 
@@ -417,7 +433,7 @@ class OneLAStepper(Stepper):
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
             K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
             K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, **loop,
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            REPLAY_STAGES=cfg["replay_stages"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
         )
         self._note_kernel("main", kern)
         return out
