@@ -210,6 +210,20 @@ def _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W
 
 
 @triton.jit
+def _head_tile(s_ptr, HV, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr):
+    """This program's (request, value head, key head), its V columns and its split S_ctx[r, hv] tile -- what it
+    keeps for every beam tile it runs."""
+    pid_v = tl.program_id(0)          # fastest: the V tiles of one beam tile run together and share q, k in L2
+    pid_rh = tl.program_id(2)
+    r = pid_rh // HV
+    hv = pid_rh % HV
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
+    s_hi_t, s_lo_t = _s_tile(s_ptr, s_row, K, BV, BK)
+    return r, hv, hv // G, offs_v, s_row, s_hi_t, s_lo_t
+
+
+@triton.jit
 def _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP, plane, offs_v, mask_b,
                   V: tl.constexpr):
     """Add depth j's ancestral record: u += c_j (k_j . x) delta_j, delta_j gathered through the ancestry row."""
@@ -235,15 +249,8 @@ def _onela_main_kernel(
     """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
     tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
     of gathered delta rows (independent loads), delta_t and o_t."""
-    pid_v = tl.program_id(0)          # fastest: the V tiles of one beam tile run together and share q, k in L2
     pid_b = tl.program_id(1)
-    pid_rh = tl.program_id(2)
-    r = pid_rh // HV
-    hv = pid_rh % HV
-    hk = hv // G
-    offs_v = pid_v * BV + tl.arange(0, BV)
-    s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
-    s_hi_t, s_lo_t = _s_tile(s_ptr, s_row, K, BV, BK)
+    r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK)
     plane = R * HV * W
     for it in tl.range(0, BEAM_ITERS, num_stages=LOOP_STAGES):
         offs_b = (pid_b * BEAM_ITERS + it) * BB + tl.arange(0, BB)
@@ -284,17 +291,10 @@ def _onela_fused_kernel(
     memory and q, k are read once per step; a key head's work is repeated for each of its G value heads and
     each V tile (L2 hits). The first V tile of each (value head, beam tile) writes alpha_t, the first value
     head of a key head k-hat_t, value head 0 the ancestry row."""
-    pid_v = tl.program_id(0)
     pid_b = tl.program_id(1)
-    pid_rh = tl.program_id(2)
-    r = pid_rh // HV
-    hv = pid_rh % HV
-    hk = hv // G
-    offs_v = pid_v * BV + tl.arange(0, BV)
+    r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK)
     offs_t = tl.arange(0, TP)
-    first_v = pid_v == 0
-    s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
-    s_hi_t, s_lo_t = _s_tile(s_ptr, s_row, K, BV, BK)
+    first_v = tl.program_id(0) == 0
     for it in tl.range(0, BEAM_ITERS, num_stages=LOOP_STAGES):
         offs_b = (pid_b * BEAM_ITERS + it) * BB + tl.arange(0, BB)
         mask_b = offs_b < W

@@ -7,7 +7,6 @@ any moment leaves either the old or the new file, never a mix.
 from __future__ import annotations
 
 import csv
-import io
 import os
 import re
 from pathlib import Path
@@ -55,13 +54,15 @@ def read_rows(csv_path: Path) -> list[dict]:
         return [r for r in csv.DictReader(f) if r.get("config_hash") and r.get("status") in STATUSES]
 
 
-def write_rows(csv_path: Path, rows: list[dict]) -> None:
+def write_rows(csv_path: Path, rows: list[dict], columns: list[str] = COLUMNS) -> None:
+    """Write `rows` atomically (a temp file, fsync'd, then renamed) in `columns` (the results schema unless a
+    side table's own)."""
     tmp = csv_path.with_name(csv_path.name + ".tmp")
     with open(tmp, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="raise")
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="raise")
         w.writeheader()
         for r in rows:
-            w.writerow({c: r.get(c, "") for c in COLUMNS})
+            w.writerow({c: r.get(c, "") for c in columns})
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, csv_path)
@@ -135,17 +136,9 @@ def _fold_side_table(target: Path, source: Path, hashes: set) -> None:
         with open(target, newline="") as f:
             reader = csv.DictReader(f)
             cols, old = list(reader.fieldnames or cols), list(reader)
-    seen, out = set(), []
-    for r in old:
-        h = r["config_hash"]
-        out.append(new.get(h, r))
-        seen.add(h)
-    out += [r for h, r in new.items() if h not in seen]
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, fieldnames=cols, extrasaction="ignore")
-    w.writeheader()
-    w.writerows(out)
-    _atomic_write_bytes(target, buf.getvalue().encode())
+    seen = {r["config_hash"] for r in old}
+    write_rows(target, [new.get(r["config_hash"], r) for r in old] + [r for h, r in new.items() if h not in seen],
+               cols)
 
 
 def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple[str, ...] = ()) -> dict:
@@ -170,6 +163,7 @@ def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple
     held = {r["run_id"] for r in rows}
     counts = {"replaced": 0, "added": 0, "kept": 0}
     runs: set[str] = set()
+    folded: set[str] = set()          # config_hashes whose row came in: their side-table rows follow
     for r in read_rows(source):
         if r["run_id"] in held:
             continue
@@ -185,6 +179,7 @@ def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple
             rows[i] = r
             counts["replaced"] += 1
         runs.add(r["run_id"])
+        folded.add(r["config_hash"])
     missing = [run for run in sorted(runs) if not (rerun_dir / "env" / f"{run}.json").exists()]
     if missing:
         raise ResultsFileError(f"{rerun_dir / 'env'} lacks the env record of run(s) {missing}; "
@@ -195,7 +190,6 @@ def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple
             src = rerun_dir / "env" / f"{run}{ext}"
             if src.exists():
                 _atomic_write_bytes(results_dir / "env" / src.name, src.read_bytes())
-    folded = {r["config_hash"] for r in read_rows(source) if r["run_id"] in runs and r["path"] not in keep_paths}
     for side_src in sorted(rerun_dir.glob(f"{suite}_*.csv")):
         _fold_side_table(results_dir / side_src.name, side_src, folded)
     write_rows(target, rows)
