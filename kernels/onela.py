@@ -21,6 +21,7 @@ import os
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import cuda as tl_cuda
 
 from artifact.ancestry import build as build_ancestry
 from artifact.gtr import GtrStore
@@ -38,11 +39,13 @@ def _mm(a, b, UPCAST: tl.constexpr):
 
 @triton.jit
 def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HK, T_CAP, offs_b, mask_b,
-              khat_mask, K: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr):
+              khat_mask, K: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
+              PDL: tl.constexpr):
     """The key-axis work of step STEP for BB beams of key head hk: L2 norms (with the K^-1/2 scale), k-hat_t
     stored where `khat_mask`, beam b's ancestry row h_t(b, j) = h_{t-1}(parent(b), j) for j < t-1 and
     h_t(b, t-1) = parent(b), and k-hat_j . q-hat / k-hat_j . k-hat of every ancestral record, as [BB, TP]
-    columns. Returns (inv_q, inv_k, kq_t, slots, kqs, kks)."""
+    columns. Returns (inv_q, inv_k, kq_t, slots, kqs, kks). Before the PDL wait it reads only this step's
+    inputs (q, k); every store and every read of the store or the ancestry comes after it."""
     offs_k = tl.arange(0, K)
     offs_t = tl.arange(0, TP)
     qk_off = qk_row[:, None] + offs_k[None, :]
@@ -51,6 +54,8 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W
     inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)      # q-hat = q * inv_q (eps as fla's l2norm)
     inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)                    # k-hat = k * inv_k
     kq_t = tl.sum(qf * kf, axis=1) * inv_q * inv_k
+    if PDL:
+        tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
     rec_t = (STEP * R + r) * W + offs_b
     tl.store(khat_ptr + (rec_t * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
              (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=khat_mask)
@@ -79,12 +84,15 @@ def _onela_prep_kernel(
     R, W, HV, HK, T_CAP,
     sq_r, sq_w, sq_h,
     K: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Everything of step STEP that lives on the key axis or is a per-beam scalar, once per key head.
 
     Writes beam b's ancestry row, k-hat_t (the new GTR's key), alpha_t, and for each value head of the group
     the coefficients of the closed-form replay (module docstring), so the main kernel needs no K-axis work
     beyond its two projections and no dependent loads."""
+    if PDL:
+        tl_cuda.gdc_launch_dependents()     # the main kernel may start its S load and projections meanwhile
     pid_b = tl.program_id(0)
     pid_rh = tl.program_id(1)
     r = pid_rh // HK
@@ -98,7 +106,7 @@ def _onela_prep_kernel(
     qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
     inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
         q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HK, T_CAP, offs_b, mask_b,
-        mask_b[:, None], K, STEP, TP, BB)
+        mask_b[:, None], K, STEP, TP, BB, PDL)
     if STEP > 0:
         if hk == 0:
             tl.store(anc_next_ptr + rw[:, None] * T_CAP + offs_t[None, :], slots,
@@ -244,11 +252,15 @@ def _onela_main_kernel(
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
-    UPCAST: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr,
 ):
     """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
     tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
-    of gathered delta rows (independent loads), delta_t and o_t."""
+    of gathered delta rows (independent loads), delta_t and o_t. With PDL (v8) the S tile and the first beam
+    tile's projections -- reads of this step's inputs only -- overlap the prep kernel; the wait comes before
+    the first read of what prep writes."""
+    if PDL:
+        tl_cuda.gdc_launch_dependents()     # the next step's prep may start its q, k loads meanwhile
     pid_b = tl.program_id(1)
     r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK)
     plane = R * HV * W
@@ -259,6 +271,8 @@ def _onela_main_kernel(
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
         u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
                                 K_STAGES, QK_BF16, UPCAST)
+        if PDL:
+            tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
         cbase = coef_ptr + (r * HV + hv) * W + offs_b
         u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
         u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
@@ -303,7 +317,7 @@ def _onela_fused_kernel(
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
         inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
             q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HV // G, T_CAP, offs_b, mask_b,
-            mask_b[:, None] & first_v & (hv % G == 0), K, STEP, TP, BB)
+            mask_b[:, None] & first_v & (hv % G == 0), K, STEP, TP, BB, False)
         alpha = tl.exp(tl.load(g_ptr + rw * HV + hv, mask=mask_b, other=0.0))
         tl.store(alpha_ptr + rec_t * HV + hv, alpha, mask=mask_b & first_v)
         if STEP > 0:
@@ -365,7 +379,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
         iters *= 2
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": k_stages, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": 2, "replay_stages": 0, "BB_PREP": min(bb, 32), "prep_warps": 4,
-            "fused": False}
+            "fused": False, "pdl": False}
 
 
 class OneLAStepper(Stepper):
@@ -420,11 +434,12 @@ class OneLAStepper(Stepper):
             )
             self._note_kernel("fused", kern)
             return out
+        pdl = bool(cfg["pdl"]) and not _INTERPRET     # the interpreter runs no inline PTX (griddepcontrol)
         kern = _onela_prep_kernel[(triton.cdiv(W, cfg["BB_PREP"]), R * geo.hk)](
             q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,
             R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2),
-            K=geo.k, G=geo.group, STEP=t, TP=tp, BB=cfg["BB_PREP"],
-            num_warps=cfg["prep_warps"],
+            K=geo.k, G=geo.group, STEP=t, TP=tp, BB=cfg["BB_PREP"], PDL=pdl,
+            num_warps=cfg["prep_warps"], launch_pdl=pdl,
         )
         self._note_kernel("prep", kern)
         kern = _onela_main_kernel[(geo.v // cfg["BV"], n_btiles, R * geo.hv)](
@@ -433,7 +448,8 @@ class OneLAStepper(Stepper):
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
             K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
             K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, **loop,
-            REPLAY_STAGES=cfg["replay_stages"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+            REPLAY_STAGES=cfg["replay_stages"], PDL=pdl, num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"], launch_pdl=pdl,
         )
         self._note_kernel("main", kern)
         return out
