@@ -128,6 +128,12 @@ def test_gates_to_logits_round_trip():
     _common.gates_to_logits(g, beta, a, b)
     torch.testing.assert_close(-F.softplus(a), g, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(torch.sigmoid(b), beta, rtol=1e-6, atol=1e-7)
+    # strong decay: expm1(-g) overflows fp32 below g = -88.7; the logit must stay finite and round-trip
+    g = torch.tensor([[-0.0, -1e-6, -88.0, -89.0, -112.0]])
+    a = torch.empty_like(g)
+    _common.gates_to_logits(g, torch.full_like(g, 0.5), a, torch.empty_like(g))
+    assert torch.isfinite(a[:, 1:]).all(), a
+    torch.testing.assert_close(-F.softplus(a), g, rtol=1e-5, atol=1e-7)
 
 
 def test_grid_limit_is_reported():
