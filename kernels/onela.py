@@ -263,6 +263,8 @@ def _onela_main_kernel(
         tl_cuda.gdc_launch_dependents()     # the next step's prep may start its q, k loads meanwhile
     pid_b = tl.program_id(1)
     r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK)
+    if PDL == 2:
+        tl_cuda.gdc_wait()          # only the S tile's load and split overlap the prep kernel
     plane = R * HV * W
     for it in tl.range(0, BEAM_ITERS, num_stages=LOOP_STAGES):
         offs_b = (pid_b * BEAM_ITERS + it) * BB + tl.arange(0, BB)
@@ -271,7 +273,7 @@ def _onela_main_kernel(
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
         u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
                                 K_STAGES, QK_BF16, UPCAST)
-        if PDL:
+        if PDL == 1:
             tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
         cbase = coef_ptr + (r * HV + hv) * W + offs_b
         u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
@@ -379,7 +381,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
         iters *= 2
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": k_stages, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": 2, "replay_stages": 0, "BB_PREP": min(bb, 32), "prep_warps": 4,
-            "fused": False, "pdl": False}
+            "fused": False, "pdl": 0}
 
 
 class OneLAStepper(Stepper):
@@ -434,12 +436,12 @@ class OneLAStepper(Stepper):
             )
             self._note_kernel("fused", kern)
             return out
-        pdl = bool(cfg["pdl"]) and not _INTERPRET     # the interpreter runs no inline PTX (griddepcontrol)
+        pdl = 0 if _INTERPRET else int(cfg["pdl"])    # the interpreter runs no inline PTX (griddepcontrol)
         kern = _onela_prep_kernel[(triton.cdiv(W, cfg["BB_PREP"]), R * geo.hk)](
             q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,
             R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2),
             K=geo.k, G=geo.group, STEP=t, TP=tp, BB=cfg["BB_PREP"], PDL=pdl,
-            num_warps=cfg["prep_warps"], launch_pdl=pdl,
+            num_warps=cfg["prep_warps"], launch_pdl=bool(pdl),
         )
         self._note_kernel("prep", kern)
         kern = _onela_main_kernel[(geo.v // cfg["BV"], n_btiles, R * geo.hv)](
@@ -449,7 +451,7 @@ class OneLAStepper(Stepper):
             K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
             K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, **loop,
             REPLAY_STAGES=cfg["replay_stages"], PDL=pdl, num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"], launch_pdl=pdl,
+            num_stages=cfg["num_stages"], launch_pdl=bool(pdl),
         )
         self._note_kernel("main", kern)
         return out

@@ -221,7 +221,7 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T):
     from kernels.bench import _ConfiguredOneLA
     wl = make_workload("qwen3_5_0_8b", R, W, T, lineage="beam", seed=R + W, device="cuda")
     results = []
-    for cfg in ({"pdl": False}, {"pdl": True}):
+    for cfg in ({"pdl": 0}, {"pdl": 1}, {"pdl": 2}):   # 1: wait after the first projections, 2: before them
         path = _ConfiguredOneLA(cfg)
         path.prepare(wl)
         graph, out = _capture(path, wl)
@@ -232,9 +232,10 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T):
             replays.append(out.clone())
         torch.cuda.synchronize()
         results.append((path.stepper, replays))
-    (st0, base), (st1, pdl) = results
-    for i, o in enumerate(pdl + base):
-        assert torch.equal(o, base[0]), f"replay {i} differs"
-    assert torch.equal(st1.anc, st0.anc)
-    for a, b in zip(st1.store.tensors(), st0.store.tensors()):
-        assert torch.equal(a, b)
+    (st0, base), *pdl_runs = results
+    for mode, (st1, replays) in enumerate(pdl_runs, 1):
+        for i, o in enumerate(replays + base):
+            assert torch.equal(o, base[0]), f"pdl={mode}: replay {i} differs"
+        assert torch.equal(st1.anc, st0.anc)
+        for a, b in zip(st1.store.tensors(), st0.store.tensors()):
+            assert torch.equal(a, b)
