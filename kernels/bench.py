@@ -98,8 +98,8 @@ def _label(cfg: dict, K: int) -> str:
     text += f",it{cfg['beam_iters']}" if cfg.get("beam_iters", 1) > 1 else ""
     text += f",ls{cfg['loop_stages']}" if cfg.get("loop_stages", 1) > 1 else ""
     text += f",upto{cfg['loop_max_step']}" if "loop_max_step" in cfg else ""
-    text += f",rs{cfg['replay_stages']}" if cfg.get("replay_stages") else ""
-    text += f",pdl{int(cfg['pdl'])}" if cfg.get("pdl") else ""
+    text += f",rs{cfg['replay_stages']}" if "replay_stages" in cfg else ""
+    text += f",pdl{int(cfg['pdl'])}" if "pdl" in cfg else ""
     return text.strip(",")
 
 

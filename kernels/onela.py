@@ -369,9 +369,11 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
 
     beam_iters (K <= 128 only, where the S tile is split once per program): each main-kernel program runs that
     many beam tiles, the most (up to 8) that still leaves ~2 programs per SM -- one wave at the 2 blocks per SM
-    its registers allow -- and only up to step loop_max_step = 2, past which the replay's registers make the
-    loop spill (kernels/NOTES.md, v7: 7 % / 3 % faster at R=4 O=3 / O=7, 13 % / 4 % at R=16). replay_stages
-    (untimed option, 0 = off): the replay as a loop over depths instead of unrolled, to bound its registers."""
+    its registers allow (v7). replay_stages = 3: the replay as a pipelined loop over depths, which bounds its
+    registers, so the beam loop no longer spills past step 2 and runs at every step (loop_max_step None; an
+    int limits it to steps <= that). pdl = 2 (v8): programmatic dependent launch, each launch's S tile load and
+    split overlapping the previous launch's tail (1: also the first beam tile's projections). Measured in
+    kernels/NOTES.md (v8)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk, k_stages = (K, 1) if K <= 128 else (64, 1)
@@ -380,8 +382,8 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     while bk == K and iters < 8 and tiles / (2 * iters) >= 0.9 * 2 * n_sm:
         iters *= 2
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": k_stages, "num_warps": 4, "num_stages": 1,
-            "beam_iters": iters, "loop_stages": 1, "loop_max_step": 2, "replay_stages": 0, "BB_PREP": min(bb, 32), "prep_warps": 4,
-            "fused": False, "pdl": 0}
+            "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
+            "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False, "pdl": 2}
 
 
 class OneLAStepper(Stepper):
@@ -422,7 +424,8 @@ class OneLAStepper(Stepper):
         cfg = self.config
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
         tp = max(2, triton.next_power_of_2(t))
-        iters = cfg["beam_iters"] if t <= cfg["loop_max_step"] else 1
+        upto = cfg["loop_max_step"]
+        iters = cfg["beam_iters"] if upto is None or t <= upto else 1
         n_btiles = triton.cdiv(W, cfg["BB"] * iters)
         loop = {"BEAM_ITERS": iters, "LOOP_STAGES": cfg["loop_stages"] if iters > 1 else 1}
         if cfg["fused"]:

@@ -84,7 +84,8 @@ def test_onela_beam_loop_gives_the_one_tile_per_program_outputs(cfg, device):
 
 def test_onela_launch_config_beam_loop_rule():
     """v7's rule (kernels/NOTES.md): the most beam tiles per program, up to 8, that keep ~2 programs per SM,
-    only where the S tile is one tile (K <= 128), only up to step 2; small grids keep one tile per program."""
+    only where the S tile is one tile (K <= 128), at every step since v8; small grids keep one tile per
+    program."""
     from kernels.onela import launch_config
     iters = {(R, W): launch_config(128, 128, W, R, 16, n_sm=132)["beam_iters"]
              for R in (4, 8, 16) for W in (128, 256, 512)}
@@ -92,7 +93,7 @@ def test_onela_launch_config_beam_loop_rule():
                      (16, 128): 2, (16, 256): 4, (16, 512): 8}
     assert launch_config(256, 256, 512, 16, 16)["beam_iters"] == 1           # K-chunked: no S tile to keep
     assert launch_config(128, 128, 512, 4, 16, n_sm=264)["beam_iters"] == 1    # twice the SMs: no loop
-    assert launch_config(128, 128, 512, 16, 16)["loop_max_step"] == 2
+    assert launch_config(128, 128, 512, 16, 16)["loop_max_step"] is None     # v8: the loop at every step
 
 
 @pytest.mark.parametrize("lineage", LINEAGES)
