@@ -371,9 +371,11 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     many beam tiles, the most (up to 8) that still leaves ~2 programs per SM -- one wave at the 2 blocks per SM
     its registers allow (v7). replay_stages = 3: the replay as a pipelined loop over depths, which bounds its
     registers, so the beam loop no longer spills past step 2 and runs at every step (loop_max_step None; an
-    int limits it to steps <= that). pdl = 2 (v8): programmatic dependent launch, each launch's S tile load and
-    split overlapping the previous launch's tail (1: also the first beam tile's projections). Measured in
-    kernels/NOTES.md (v8)."""
+    int limits it to steps <= that). pdl (v8): programmatic dependent launch -- each launch starts while the
+    previous one finishes and waits (griddepcontrol.wait) only before its first read of what that one wrote:
+    2 when a program runs several beam tiles (the wait after the S tile's load and split, so every tile's loop
+    body is the same), 1 when it runs one (the wait after that tile's projections, which then overlap too; at
+    K = 256 there is no S tile to overlap). Measured in kernels/NOTES.md (v8)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk, k_stages = (K, 1) if K <= 128 else (64, 1)
@@ -383,7 +385,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
         iters *= 2
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": k_stages, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
-            "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False, "pdl": 2}
+            "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1}
 
 
 class OneLAStepper(Stepper):

@@ -94,6 +94,9 @@ def test_onela_launch_config_beam_loop_rule():
     assert launch_config(256, 256, 512, 16, 16)["beam_iters"] == 1           # K-chunked: no S tile to keep
     assert launch_config(128, 128, 512, 4, 16, n_sm=264)["beam_iters"] == 1    # twice the SMs: no loop
     assert launch_config(128, 128, 512, 16, 16)["loop_max_step"] is None     # v8: the loop at every step
+    # v8: PDL waits before the beam loop when there is one, after the one tile's projections otherwise
+    assert launch_config(128, 128, 512, 4, 16)["pdl"] == 2 and launch_config(128, 128, 128, 4, 16)["pdl"] == 1
+    assert launch_config(256, 256, 512, 16, 16)["pdl"] == 1
 
 
 @pytest.mark.parametrize("lineage", LINEAGES)
