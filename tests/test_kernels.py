@@ -92,6 +92,9 @@ def test_onela_launch_config_beam_loop_rule():
     assert iters == {(4, 128): 1, (4, 256): 1, (4, 512): 2, (8, 128): 1, (8, 256): 2, (8, 512): 4,
                      (16, 128): 2, (16, 256): 4, (16, 512): 8}
     assert launch_config(256, 256, 512, 16, 16)["beam_iters"] == 1           # K-chunked: no S tile to keep
+    # many value heads: the grid allows 8 tiles per program, but a (request, head) has only W / BB beam tiles
+    assert launch_config(128, 128, 128, 16, 64)["beam_iters"] == 2
+    assert launch_config(128, 128, 256, 16, 64)["beam_iters"] == 4
     assert launch_config(128, 128, 512, 4, 16, n_sm=264)["beam_iters"] == 1    # twice the SMs: no loop
     assert launch_config(128, 128, 512, 16, 16)["loop_max_step"] is None     # v8: the loop at every step
     # v8: PDL waits before the beam loop when there is one, after the one tile's projections otherwise
