@@ -100,6 +100,7 @@ def _label(cfg: dict, K: int) -> str:
     text += f",upto{cfg['loop_max_step']}" if "loop_max_step" in cfg else ""
     text += f",rs{cfg['replay_stages']}" if "replay_stages" in cfg else ""
     text += f",pdl{int(cfg['pdl'])}" if "pdl" in cfg else ""
+    text += "" if cfg.get("pdl_next_step", True) else ",nonext"
     return text.strip(",")
 
 

@@ -252,14 +252,16 @@ def _onela_main_kernel(
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
-    UPCAST: tl.constexpr, PDL: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr,
 ):
     """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
     tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
     of gathered delta rows (independent loads), delta_t and o_t. With PDL (v8) the S tile and the first beam
     tile's projections -- reads of this step's inputs only -- overlap the prep kernel; the wait comes before
-    the first read of what prep writes."""
-    if PDL:
+    the first read of what prep writes. PDL_NEXT lets the next launch (the next step's prep) start early too:
+    its q, k loads then overlap this kernel's tail, which needs the next step's inputs ready -- true in the
+    operator benchmark, not in a model decode, where the layers between steps produce them."""
+    if PDL and PDL_NEXT:
         tl_cuda.gdc_launch_dependents()     # the next step's prep may start its q, k loads meanwhile
     pid_b = tl.program_id(1)
     r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK)
@@ -387,7 +389,8 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
         iters *= 2
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": k_stages, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
-            "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1}
+            "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
+            "pdl_next_step": True}
 
 
 class OneLAStepper(Stepper):
@@ -457,7 +460,8 @@ class OneLAStepper(Stepper):
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
             K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
             K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, **loop,
-            REPLAY_STAGES=cfg["replay_stages"], PDL=pdl, num_warps=cfg["num_warps"],
+            REPLAY_STAGES=cfg["replay_stages"], PDL=pdl, PDL_NEXT=bool(cfg["pdl_next_step"]),
+            num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"], launch_pdl=bool(pdl),
         )
         self._note_kernel("main", kern)

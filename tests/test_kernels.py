@@ -228,7 +228,8 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T):
     from kernels.bench import _ConfiguredOneLA
     wl = make_workload("qwen3_5_0_8b", R, W, T, lineage="beam", seed=R + W, device="cuda")
     results = []
-    for cfg in ({"pdl": 0}, {"pdl": 1}, {"pdl": 2}):   # 1: wait after the first projections, 2: before them
+    # 1: wait after the first projections, 2: before them; pdl_next_step False: the next step's prep not early
+    for cfg in ({"pdl": 0}, {"pdl": 1}, {"pdl": 2}, {"pdl": 2, "pdl_next_step": False}):
         path = _ConfiguredOneLA(cfg)
         path.prepare(wl)
         graph, out = _capture(path, wl)
@@ -242,7 +243,7 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T):
     (st0, base), *pdl_runs = results
     for mode, (st1, replays) in enumerate(pdl_runs, 1):
         for i, o in enumerate(replays + base):
-            assert torch.equal(o, base[0]), f"pdl={mode}: replay {i} differs"
+            assert torch.equal(o, base[0]), f"pdl variant {mode}: replay {i} differs"
         assert torch.equal(st1.anc, st0.anc)
         for a, b in zip(st1.store.tensors(), st0.store.tensors()):
             assert torch.equal(a, b)
