@@ -13,6 +13,9 @@ Two launches per decode step (kernels/NOTES.md, v4):
   u = P u0 + sum_j c_j delta_j, each delta_j gathered through the ancestry row independently of the others,
   forms delta_t and o_t, and appends delta_t.
 Only the new GTR (alpha fp32, delta bf16, k-hat bf16) is written; no per-beam [V, K] state ever is.
+v8: the replay is a pipelined loop over depths, and both kernels use programmatic dependent launch (Hopper):
+each reads only its step's inputs before `griddepcontrol.wait` and everything earlier launches wrote after it,
+so a launch's S tile load and split (or first projections) overlap the previous launch's tail.
 """
 from __future__ import annotations
 
