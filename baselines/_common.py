@@ -73,9 +73,12 @@ def gates_to_logits(g: torch.Tensor, beta: torch.Tensor, a_out: torch.Tensor, b_
     workload's g and beta to fp32 rounding. Elementwise, [N, HV] per step: the model's projection would
     emit a and b directly, so this stands in for no framework work.
 
-    In fp64: for g < -88.7 (a strong-decay head, A near 16, meeting a large gate input) expm1(-g) overflows
-    fp32, a became +inf and the chunk (prefill) kernels' within-chunk gate differences -inf - (-inf) turned
-    into NaN -- the 8 ReplaySSM cells with infinite error. A model's projection emits a finite a ~ -g there,
-    as this does now. (The FullState kernels were unaffected: exp(-inf) = 0 differs from exp(-89) by 1e-39.)"""
-    a_out.copy_(torch.log(torch.expm1(-g.double())))
+    As a = log(-expm1(g)) - g (the same value): the direct form's expm1(-g) overflows fp32 for g < -88.7 (a
+    strong-decay head, A near 16, meeting a large gate input), a became +inf and the chunk (prefill) kernels'
+    within-chunk gate differences -inf - (-inf) turned into NaN -- the 8 ReplaySSM cells with infinite error.
+    A model's projection emits a finite a ~ -g there, as this does. In place, in fp32: four elementwise
+    kernels per step inside the baselines' timed graphs, no temporaries. (The FullState kernels were
+    unaffected: exp(-inf) = 0 differs from exp(-89) by 1e-39.)"""
+    torch.expm1(g, out=a_out)
+    a_out.neg_().log_().sub_(g)
     torch.logit(beta, out=b_out)

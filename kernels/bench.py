@@ -66,9 +66,8 @@ def tune_configs(K: int) -> list[dict]:
     K <= 128: BB=32 (twice the main kernel's programs at half the accumulator registers: R=4 W=512 runs 512
     programs at 3 blocks/SM, 1.3 waves), the other beam/value tiles and warps, the prep kernel's beam tile,
     and the K-chunked projection's two best configs (measured slower at R=4, kept as a check).
-    K = 256: the default is BV=64 with the K-chunked loop (BK=64, 2 stages); the candidates are other tiles and
-    chunkings around it. Both: the one-launch kernel (v6, `fused`) at
-    a few tiles."""
+    K = 256: the default is BV=64 with the K-chunked loop (BK=64, 1 stage); the candidates are one-tile
+    configurations and other chunkings around it. Both: the one-launch kernel (v6, `fused`) at a few tiles."""
     if K <= 128:
         tiles = [(32, 128, 2), (32, 128, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4), (64, 128, 8),
                  (128, 64, 4), (128, 64, 8), (128, 128, 8)]
@@ -76,7 +75,7 @@ def tune_configs(K: int) -> list[dict]:
         fused = [(64, 128, 4), (32, 128, 4), (64, 128, 8), (128, 128, 8)]
     else:
         tiles = [(64, 64, 4), (64, 32, 4), (64, 64, 8), (128, 64, 8)]       # one [BV, 256] tile (the old default first)
-        # the default since this sweep's first run is (64, 64, BK=64, 2 stages, 4 warps)
+        # (64, 64, BK=64, 2 stages) was the default after this sweep's first run, 1 stage since d5ff80e
         chunks = [(64, 64, 128, 1, 4), (64, 64, 128, 2, 4), (64, 64, 64, 1, 4), (64, 64, 64, 3, 4),
                   (128, 64, 64, 2, 8), (64, 64, 64, 2, 8), (64, 32, 64, 2, 4)]
         fused = [(64, 64, 4), (32, 64, 4), (64, 64, 8), (64, 32, 4)]

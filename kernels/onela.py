@@ -383,14 +383,14 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     K = 256 there is no S tile to overlap). Measured in kernels/NOTES.md (v8)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
-    bk, k_stages = (K, 1) if K <= 128 else (64, 1)
+    bk = K if K <= 128 else 64
     tiles = R * HV * triton.cdiv(W, bb) * (V // bv)
     iters = 1
     # a program's tiles are beam tiles of one (request, value head): never more than W / BB of them (more would
     # be idle, masked iterations -- 397b R=16 W=128 ran 8 for its 2 tiles at 23e1ed5, 1.6-1.9x slower)
     while bk == K and iters < min(8, triton.cdiv(W, bb)) and tiles / (2 * iters) >= 0.9 * 2 * n_sm:
         iters *= 2
-    return {"BB": bb, "BV": bv, "BK": bk, "k_stages": k_stages, "num_warps": 4, "num_stages": 1,
+    return {"BB": bb, "BV": bv, "BK": bk, "k_stages": 1, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True}

@@ -239,11 +239,11 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T):
             graph.replay()
             replays.append(out.clone())
         torch.cuda.synchronize()
-        results.append((path.stepper, replays))
-    (st0, base), *pdl_runs = results
-    for mode, (st1, replays) in enumerate(pdl_runs, 1):
+        results.append((cfg, path.stepper, replays))
+    (_, st0, base), *pdl_runs = results
+    for cfg, st1, replays in pdl_runs:
         for i, o in enumerate(replays + base):
-            assert torch.equal(o, base[0]), f"pdl variant {mode}: replay {i} differs"
+            assert torch.equal(o, base[0]), f"{cfg}: replay {i} differs"
         assert torch.equal(st1.anc, st0.anc)
         for a, b in zip(st1.store.tensors(), st0.store.tensors()):
             assert torch.equal(a, b)
