@@ -100,8 +100,6 @@ def _label(cfg: dict, K: int) -> str:
     text += f",rs{cfg['replay_stages']}" if "replay_stages" in cfg else ""
     text += f",pdl{int(cfg['pdl'])}" if "pdl" in cfg else ""
     text += "" if cfg.get("pdl_next_step", True) else ",nonext"
-    text += f",{cfg['proj']}" if "proj" in cfg else ""
-    text += f",mr{cfg['maxnreg']}" if cfg.get("maxnreg") else ""
     return text.strip(",")
 
 

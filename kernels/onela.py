@@ -140,52 +140,22 @@ def _onela_prep_kernel(
 
 
 @triton.jit
-def _pow2_floor(m):
-    """2^floor(log2 m) and its reciprocal for m >= 0, exactly (fp32 exponent bits): a row scale that changes no
-    significand bit, so scaled bf16 values stay exact in fp16."""
-    bits = m.to(tl.int32, bitcast=True) & 0x7F800000
-    return bits.to(tl.float32, bitcast=True), (0x7F000000 - bits).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _s_split(s_ptr, s_row, offs_k, PROJ: tl.constexpr):
-    """S[rows, offs_k] (fp32) as the projections' operand, transposed for the dots: (hi, lo) for PROJ 0 -- bf16
-    hi + lo, 16 significant bits; bf16 q, k are exact in bf16, so two bf16 products give S q to about fp32
-    accuracy at the bf16 rate (tf32 would round S to 11 bits: kernels/NOTES.md) -- or (S16, scale) for PROJ 1:
-    one fp16 plane of each row scaled by a power of two into [1, 2) at its max (11 significant bits, tf32's
-    precision, one product at the bf16 rate), and the [BV] scales to multiply the product's columns by."""
+def _s_split(s_ptr, s_row, offs_k):
+    """S[rows, offs_k] (fp32) split into bf16 hi + lo (16 significant bits), transposed for the dots. bf16 q, k
+    are exact in bf16, so two bf16 products give S q to about fp32 accuracy at the bf16 rate (tf32 would round S
+    to 11 bits: kernels/NOTES.md)."""
     s_tile = tl.load(s_ptr + s_row[:, None] + offs_k[None, :])                  # [BV, BK] fp32
-    if PROJ == 0:
-        s_hi = s_tile.to(tl.bfloat16)
-        s_lo = (s_tile - s_hi.to(tl.float32)).to(tl.bfloat16)
-        return tl.trans(s_hi), tl.trans(s_lo)
-    else:
-        p, inv = _pow2_floor(tl.max(tl.abs(s_tile), axis=1))
-        return tl.trans((s_tile * inv[:, None]).to(tl.float16)), p
+    s_hi = s_tile.to(tl.bfloat16)
+    s_lo = (s_tile - s_hi.to(tl.float32)).to(tl.bfloat16)
+    return tl.trans(s_hi), tl.trans(s_lo)
 
 
 @triton.jit
-def _fp16_rows(x):
-    """bf16 rows [BB, BK] as fp16 scaled by a power of two into [1, 2) at each row's max (exact: a bf16
-    significand fits fp16's, and the scale keeps the row in fp16's range), with the [BB] scales."""
-    xf = x.to(tl.float32)
-    p, inv = _pow2_floor(tl.max(tl.abs(xf), axis=1))
-    return (xf * inv[:, None]).to(tl.float16), p
-
-
-@triton.jit
-def _qk_dots(q_ptr, k_ptr, qk_row, offs_k, mask_b, s_hi_t, s_lo_t, QK_BF16: tl.constexpr, PROJ: tl.constexpr,
-             UPCAST: tl.constexpr):
-    """u_q = q S^T and u_k = k S^T (raw q, k) over the K columns offs_k against an S tile from `_s_split` (for
-    PROJ 1, s_lo_t is the column scale): [BB, BV] each."""
+def _qk_dots(q_ptr, k_ptr, qk_row, offs_k, mask_b, s_hi_t, s_lo_t, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
+    """u_q = q S^T and u_k = k S^T (raw q, k) over the K columns offs_k against a split S tile: [BB, BV] each."""
     q_in = tl.load(q_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
     k_in = tl.load(k_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
-    if PROJ == 1:   # one fp16 product each; q, k rows and S rows scaled by powers of two (exact), unscaled after
-        q16, pq = _fp16_rows(q_in)
-        k16, pk = _fp16_rows(k_in)
-        u_q = _mm(q16, s_hi_t, UPCAST) * (pq[:, None] * s_lo_t[None, :])
-        u_k = _mm(k16, s_hi_t, UPCAST) * (pk[:, None] * s_lo_t[None, :])
-    elif QK_BF16:
+    if QK_BF16:
         u_q = _mm(q_in, s_hi_t, UPCAST) + _mm(q_in, s_lo_t, UPCAST)
         u_k = _mm(k_in, s_hi_t, UPCAST) + _mm(k_in, s_lo_t, UPCAST)
     else:   # other input dtypes: split q, k too (three products each)
@@ -203,30 +173,29 @@ def _qk_dots(q_ptr, k_ptr, qk_row, offs_k, mask_b, s_hi_t, s_lo_t, QK_BF16: tl.c
 @triton.jit
 def _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K: tl.constexpr, BB: tl.constexpr,
                  BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
-                 PROJ: tl.constexpr, UPCAST: tl.constexpr):
+                 UPCAST: tl.constexpr):
     """u_q, u_k [BB, BV] over all of K: against the program's split S tile (BK == K, split once by the caller
     and reused for every beam tile it runs), or K in chunks of BK, each chunk of S loaded and split here (fewer
     live registers, and Triton can pipeline the chunks' loads over K_STAGES)."""
     if BK == K:
-        u_q, u_k = _qk_dots(q_ptr, k_ptr, qk_row, tl.arange(0, K), mask_b, s_hi_t, s_lo_t, QK_BF16, PROJ,
-                            UPCAST)
+        u_q, u_k = _qk_dots(q_ptr, k_ptr, qk_row, tl.arange(0, K), mask_b, s_hi_t, s_lo_t, QK_BF16, UPCAST)
     else:
         u_q = tl.zeros([BB, BV], dtype=tl.float32)
         u_k = tl.zeros([BB, BV], dtype=tl.float32)
         for kc in tl.range(0, K, BK, num_stages=K_STAGES):
             offs_k = kc + tl.arange(0, BK)
-            c_hi_t, c_lo_t = _s_split(s_ptr, s_row, offs_k, PROJ)
-            d_q, d_k = _qk_dots(q_ptr, k_ptr, qk_row, offs_k, mask_b, c_hi_t, c_lo_t, QK_BF16, PROJ, UPCAST)
+            c_hi_t, c_lo_t = _s_split(s_ptr, s_row, offs_k)
+            d_q, d_k = _qk_dots(q_ptr, k_ptr, qk_row, offs_k, mask_b, c_hi_t, c_lo_t, QK_BF16, UPCAST)
             u_q += d_q
             u_k += d_k
     return u_q, u_k
 
 
 @triton.jit
-def _s_tile(s_ptr, s_row, K: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, PROJ: tl.constexpr):
+def _s_tile(s_ptr, s_row, K: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr):
     """The program's split S tile when the projection is one tile (BK == K); dummies for the K-chunked one."""
     if BK == K:
-        s_hi_t, s_lo_t = _s_split(s_ptr, s_row, tl.arange(0, K), PROJ)
+        s_hi_t, s_lo_t = _s_split(s_ptr, s_row, tl.arange(0, K))
     else:
         s_hi_t = tl.zeros([16, 16], dtype=tl.bfloat16)
         s_lo_t = s_hi_t
@@ -252,8 +221,7 @@ def _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W
 
 
 @triton.jit
-def _head_tile(s_ptr, HV, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
-               PROJ: tl.constexpr):
+def _head_tile(s_ptr, HV, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr):
     """This program's (request, value head, key head), its V columns and its split S_ctx[r, hv] tile -- what it
     keeps for every beam tile it runs."""
     pid_v = tl.program_id(0)          # fastest: the V tiles of one beam tile run together and share q, k in L2
@@ -262,7 +230,7 @@ def _head_tile(s_ptr, HV, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV:
     hv = pid_rh % HV
     offs_v = pid_v * BV + tl.arange(0, BV)
     s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
-    s_hi_t, s_lo_t = _s_tile(s_ptr, s_row, K, BV, BK, PROJ)
+    s_hi_t, s_lo_t = _s_tile(s_ptr, s_row, K, BV, BK)
     return r, hv, hv // G, offs_v, s_row, s_hi_t, s_lo_t
 
 
@@ -287,7 +255,7 @@ def _onela_main_kernel(
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
-    PROJ: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr,
 ):
     """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
     tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
@@ -299,7 +267,7 @@ def _onela_main_kernel(
     if PDL and PDL_NEXT:
         tl_cuda.gdc_launch_dependents()     # the next step's prep may start its q, k loads meanwhile
     pid_b = tl.program_id(1)
-    r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK, PROJ)
+    r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK)
     if PDL == 2:
         tl_cuda.gdc_wait()          # only the S tile's load and split overlap the prep kernel
     plane = R * HV * W
@@ -309,7 +277,7 @@ def _onela_main_kernel(
         rw = r * W + offs_b
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
         u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
-                                K_STAGES, QK_BF16, PROJ, UPCAST)
+                                K_STAGES, QK_BF16, UPCAST)
         if PDL == 1:
             tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
         cbase = coef_ptr + (r * HV + hv) * W + offs_b
@@ -337,8 +305,7 @@ def _onela_fused_kernel(
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr,
-    BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, QK_BF16: tl.constexpr, PROJ: tl.constexpr,
-    UPCAST: tl.constexpr,
+    BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """v6: the prep and main kernels in one launch (kernels/NOTES.md). Each program does its own key-axis work
     (`_key_axis`, then the suffix products) before the projections, so no coefficient table goes through
@@ -346,7 +313,7 @@ def _onela_fused_kernel(
     each V tile (L2 hits). The first V tile of each (value head, beam tile) writes alpha_t, the first value
     head of a key head k-hat_t, value head 0 the ancestry row."""
     pid_b = tl.program_id(1)
-    r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK, PROJ)
+    r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK)
     offs_t = tl.arange(0, TP)
     first_v = tl.program_id(0) == 0
     for it in tl.range(0, BEAM_ITERS, num_stages=LOOP_STAGES):
@@ -374,7 +341,7 @@ def _onela_fused_kernel(
             c = c * tl.load(alpha_ptr + ((j * R + r) * W + slot) * HV + hv, mask=mask_b, other=1.0)
 
         u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
-                                K_STAGES, QK_BF16, PROJ, UPCAST)
+                                K_STAGES, QK_BF16, UPCAST)
         u_q = u_q * (c * inv_q)[:, None]
         u_k = u_k * (c * inv_k)[:, None]
         cq = cs * kqs
@@ -393,7 +360,6 @@ def _onela_fused_kernel(
 
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-_PROJ = {"bf16x2": 0, "fp16": 1}     # the S_ctx projections' operands (`_s_split`)
 
 
 def _pow2(x: int) -> bool:
@@ -427,7 +393,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": 1, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
-            "pdl_next_step": True, "proj": "bf16x2", "maxnreg": None}
+            "pdl_next_step": True}
 
 
 class OneLAStepper(Stepper):
@@ -451,8 +417,6 @@ class OneLAStepper(Stepper):
         bv, bk = self.config["BV"], self.config["BK"]
         if geometry.v % bv or geometry.k % bk:
             raise ValueError(f"onela: tiles BV={bv}, BK={bk} must divide V={geometry.v}, K={geometry.k}")
-        if self.config["proj"] not in _PROJ:
-            raise ValueError(f"onela: proj={self.config['proj']!r} unknown, expected one of {sorted(_PROJ)}")
         self.coef = None if self.config["fused"] else \
             torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
         self.kernel_info: dict = {}     # kernel name -> (registers per thread, spilled bytes) of its last compile
@@ -474,9 +438,6 @@ class OneLAStepper(Stepper):
         iters = cfg["beam_iters"] if upto is None or t <= upto else 1
         n_btiles = triton.cdiv(W, cfg["BB"] * iters)
         loop = {"BEAM_ITERS": iters, "LOOP_STAGES": cfg["loop_stages"] if iters > 1 else 1}
-        # fp16 projections need inputs exact in fp16 after a power-of-two row scale: bf16 or fp16 (fp32 splits)
-        proj = _PROJ[cfg["proj"]] if q.dtype in (torch.bfloat16, torch.float16) else 0
-        loop["PROJ"] = proj
         if cfg["fused"]:
             kern = _onela_fused_kernel[(geo.v // cfg["BV"], n_btiles, R * geo.hv)](
                 q, k, v, g, beta, self.s_ctx, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat,
@@ -503,8 +464,8 @@ class OneLAStepper(Stepper):
             K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
             K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, **loop,
             REPLAY_STAGES=cfg["replay_stages"], PDL=pdl, PDL_NEXT=bool(cfg["pdl_next_step"]),
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], launch_pdl=bool(pdl),
-            **({} if cfg["maxnreg"] is None or _INTERPRET else {"maxnreg": cfg["maxnreg"]}),
+            num_warps=cfg["num_warps"],
+            num_stages=cfg["num_stages"], launch_pdl=bool(pdl),
         )
         self._note_kernel("main", kern)
         return out
