@@ -248,37 +248,6 @@ def _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T
 
 
 @triton.jit
-def _beam_tile(q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr, R, W, HV, T_CAP,
-               sq_r, sq_w, sq_h, sv_r, sv_w, sv_h, r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t, offs_b,
-               K: tl.constexpr, V: tl.constexpr, STEP: tl.constexpr, BB: tl.constexpr, BV: tl.constexpr,
-               BK: tl.constexpr, K_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
-               UPCAST: tl.constexpr, PDL: tl.constexpr):
-    """One beam tile of the main kernel: projections, the replay, delta_t and o_t for the beams offs_b."""
-    mask_b = offs_b < W
-    rw = r * W + offs_b
-    qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
-    u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
-                            K_STAGES, QK_BF16, UPCAST)
-    if PDL == 1:
-        tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
-    plane = R * HV * W
-    cbase = coef_ptr + (r * HV + hv) * W + offs_b
-    u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
-    u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
-    kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
-    if REPLAY_STAGES == 0:      # unrolled: every depth's gather can be issued at once (registers permitting)
-        for j in tl.static_range(STEP):
-            u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
-                                     plane, offs_v, mask_b, V)
-    else:                       # a loop: one depth's rows live at a time, the next prefetched (REPLAY_STAGES)
-        for j in tl.range(0, STEP, num_stages=REPLAY_STAGES):
-            u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
-                                     plane, offs_v, mask_b, V)
-    _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b,
-                offs_v, sv_r, sv_w, sv_h, V, STEP)
-
-
-@triton.jit
 def _onela_main_kernel(
     q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr,
     R, W, HV, T_CAP,
@@ -286,7 +255,7 @@ def _onela_main_kernel(
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
-    UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr, LOOP_ALWAYS: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr,
 ):
     """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
     tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
@@ -301,17 +270,31 @@ def _onela_main_kernel(
     r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK)
     if PDL == 2:
         tl_cuda.gdc_wait()          # only the S tile's load and split overlap the prep kernel
-    if BEAM_ITERS == 1 and not LOOP_ALWAYS:     # straight-line: no loop around the K-chunk loop (K = 256)
-        _beam_tile(q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr, R, W, HV, T_CAP,
-                   sq_r, sq_w, sq_h, sv_r, sv_w, sv_h, r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t,
-                   pid_b * BB + tl.arange(0, BB), K, V, STEP, BB, BV, BK, K_STAGES, REPLAY_STAGES, QK_BF16, UPCAST,
-                   PDL)
-    else:
-        for it in tl.range(0, BEAM_ITERS, num_stages=LOOP_STAGES):
-            _beam_tile(q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr, R, W, HV,
-                       T_CAP, sq_r, sq_w, sq_h, sv_r, sv_w, sv_h, r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t,
-                       (pid_b * BEAM_ITERS + it) * BB + tl.arange(0, BB), K, V, STEP, BB, BV, BK, K_STAGES,
-                       REPLAY_STAGES, QK_BF16, UPCAST, PDL)
+    plane = R * HV * W
+    for it in tl.range(0, BEAM_ITERS, num_stages=LOOP_STAGES):
+        offs_b = (pid_b * BEAM_ITERS + it) * BB + tl.arange(0, BB)
+        mask_b = offs_b < W
+        rw = r * W + offs_b
+        qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
+        u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
+                                K_STAGES, QK_BF16, UPCAST)
+        if PDL == 1:
+            tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
+        cbase = coef_ptr + (r * HV + hv) * W + offs_b
+        u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
+        u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
+        kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
+        if REPLAY_STAGES == 0:      # unrolled: every depth's gather can be issued at once (registers permitting)
+            for j in tl.static_range(STEP):
+                u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
+                                         plane, offs_v, mask_b, V)
+        else:                       # a loop: one depth's rows live at a time, the next prefetched (REPLAY_STAGES)
+            for j in tl.range(0, STEP, num_stages=REPLAY_STAGES):
+                u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
+                                         plane, offs_v, mask_b, V)
+
+        _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b,
+                    offs_v, sv_r, sv_w, sv_h, V, STEP)
 
 
 @triton.jit
@@ -410,7 +393,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": 1, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
-            "pdl_next_step": True, "beam_loop_always": False}
+            "pdl_next_step": True}
 
 
 class OneLAStepper(Stepper):
@@ -481,7 +464,6 @@ class OneLAStepper(Stepper):
             K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
             K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, **loop,
             REPLAY_STAGES=cfg["replay_stages"], PDL=pdl, PDL_NEXT=bool(cfg["pdl_next_step"]),
-            LOOP_ALWAYS=bool(cfg["beam_loop_always"]),
             num_warps=cfg["num_warps"],
             num_stages=cfg["num_stages"], launch_pdl=bool(pdl),
         )
