@@ -67,7 +67,7 @@ def tune_configs(K: int) -> list[dict]:
     programs at 3 blocks/SM, 1.3 waves), the other beam/value tiles and warps, the prep kernel's beam tile,
     and the K-chunked projection's two best configs (measured slower at R=4, kept as a check).
     K = 256: the default is BV=64 with the K-chunked loop (BK=64, 1 stage); the candidates are one-tile
-    configurations and other chunkings around it. Both: the one-launch kernel (v6, `fused`) at a few tiles."""
+    configurations, other chunkings around it and d5ff80e's load order (`qk_first`). Both: the one-launch kernel (v6, `fused`) at a few tiles."""
     if K <= 128:
         tiles = [(32, 128, 2), (32, 128, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4), (64, 128, 8),
                  (128, 64, 4), (128, 64, 8), (128, 128, 8)]
@@ -83,6 +83,8 @@ def tune_configs(K: int) -> list[dict]:
     out += [{"fused": True, "BB": bb, "BV": bv, "num_warps": nw} for bb, bv, nw in fused]   # v6: one launch
     out += [{"BB_PREP": bbp} for bbp in (16, 64)]                       # the prep kernel's beam tile (default 32)
     out += [{"BB": bb, "BV": bv, "num_warps": nw, "BK": bk, "k_stages": ks} for bb, bv, bk, ks, nw in chunks]
+    if K > 128:     # each chunk's q, k loads before its S load and split (d5ff80e's order; kernels/NOTES.md)
+        out.append({"qk_first": True})
     return out
 
 
@@ -100,6 +102,7 @@ def _label(cfg: dict, K: int) -> str:
     text += f",rs{cfg['replay_stages']}" if "replay_stages" in cfg else ""
     text += f",pdl{int(cfg['pdl'])}" if "pdl" in cfg else ""
     text += "" if cfg.get("pdl_next_step", True) else ",nonext"
+    text += ",qkfirst" if cfg.get("qk_first") else ""
     return text.strip(",")
 
 

@@ -151,10 +151,16 @@ def _s_split(s_ptr, s_row, offs_k):
 
 
 @triton.jit
-def _qk_dots(q_ptr, k_ptr, qk_row, offs_k, mask_b, s_hi_t, s_lo_t, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
-    """u_q = q S^T and u_k = k S^T (raw q, k) over the K columns offs_k against a split S tile: [BB, BV] each."""
+def _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b):
+    """Raw q, k [BB, len(offs_k)] of the beam tile."""
     q_in = tl.load(q_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
     k_in = tl.load(k_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
+    return q_in, k_in
+
+
+@triton.jit
+def _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
+    """u_q = q S^T and u_k = k S^T (raw q, k) against a split S tile: [BB, BV] each."""
     if QK_BF16:
         u_q = _mm(q_in, s_hi_t, UPCAST) + _mm(q_in, s_lo_t, UPCAST)
         u_k = _mm(k_in, s_hi_t, UPCAST) + _mm(k_in, s_lo_t, UPCAST)
@@ -172,20 +178,28 @@ def _qk_dots(q_ptr, k_ptr, qk_row, offs_k, mask_b, s_hi_t, s_lo_t, QK_BF16: tl.c
 
 @triton.jit
 def _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K: tl.constexpr, BB: tl.constexpr,
-                 BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
-                 UPCAST: tl.constexpr):
+                 BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
+                 QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
     """u_q, u_k [BB, BV] over all of K: against the program's split S tile (BK == K, split once by the caller
     and reused for every beam tile it runs), or K in chunks of BK, each chunk of S loaded and split here (fewer
-    live registers, and Triton can pipeline the chunks' loads over K_STAGES)."""
+    live registers, and Triton can pipeline the chunks' loads over K_STAGES). QK_FIRST issues a chunk's q, k
+    loads before its S load and split, as d5ff80e did (v7 moved them after: a suspect for K = 256's slowdown
+    since, kernels/NOTES.md)."""
     if BK == K:
-        u_q, u_k = _qk_dots(q_ptr, k_ptr, qk_row, tl.arange(0, K), mask_b, s_hi_t, s_lo_t, QK_BF16, UPCAST)
+        q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, tl.arange(0, K), mask_b)
+        u_q, u_k = _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16, UPCAST)
     else:
         u_q = tl.zeros([BB, BV], dtype=tl.float32)
         u_k = tl.zeros([BB, BV], dtype=tl.float32)
         for kc in tl.range(0, K, BK, num_stages=K_STAGES):
             offs_k = kc + tl.arange(0, BK)
-            c_hi_t, c_lo_t = _s_split(s_ptr, s_row, offs_k)
-            d_q, d_k = _qk_dots(q_ptr, k_ptr, qk_row, offs_k, mask_b, c_hi_t, c_lo_t, QK_BF16, UPCAST)
+            if QK_FIRST:
+                q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b)
+                c_hi_t, c_lo_t = _s_split(s_ptr, s_row, offs_k)
+            else:
+                c_hi_t, c_lo_t = _s_split(s_ptr, s_row, offs_k)
+                q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b)
+            d_q, d_k = _qk_dots(q_in, k_in, c_hi_t, c_lo_t, QK_BF16, UPCAST)
             u_q += d_q
             u_k += d_k
     return u_q, u_k
@@ -253,7 +267,7 @@ def _onela_main_kernel(
     R, W, HV, T_CAP,
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
-    BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr,
+    BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
     UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr,
 ):
@@ -277,7 +291,7 @@ def _onela_main_kernel(
         rw = r * W + offs_b
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
         u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
-                                K_STAGES, QK_BF16, UPCAST)
+                                K_STAGES, QK_FIRST, QK_BF16, UPCAST)
         if PDL == 1:
             tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
         cbase = coef_ptr + (r * HV + hv) * W + offs_b
@@ -304,7 +318,7 @@ def _onela_fused_kernel(
     R, W, HV, T_CAP,
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr,
-    BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr,
+    BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
 ):
     """v6: the prep and main kernels in one launch (kernels/NOTES.md). Each program does its own key-axis work
@@ -341,7 +355,7 @@ def _onela_fused_kernel(
             c = c * tl.load(alpha_ptr + ((j * R + r) * W + slot) * HV + hv, mask=mask_b, other=1.0)
 
         u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
-                                K_STAGES, QK_BF16, UPCAST)
+                                K_STAGES, QK_FIRST, QK_BF16, UPCAST)
         u_q = u_q * (c * inv_q)[:, None]
         u_k = u_k * (c * inv_k)[:, None]
         cq = cs * kqs
@@ -393,7 +407,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": 1, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
-            "pdl_next_step": True}
+            "pdl_next_step": True, "qk_first": False}
 
 
 class OneLAStepper(Stepper):
@@ -437,7 +451,8 @@ class OneLAStepper(Stepper):
         upto = cfg["loop_max_step"]
         iters = cfg["beam_iters"] if upto is None or t <= upto else 1
         n_btiles = triton.cdiv(W, cfg["BB"] * iters)
-        loop = {"BEAM_ITERS": iters, "LOOP_STAGES": cfg["loop_stages"] if iters > 1 else 1}
+        loop = {"BEAM_ITERS": iters, "LOOP_STAGES": cfg["loop_stages"] if iters > 1 else 1,
+                "QK_FIRST": bool(cfg["qk_first"])}
         if cfg["fused"]:
             kern = _onela_fused_kernel[(geo.v // cfg["BV"], n_btiles, R * geo.hv)](
                 q, k, v, g, beta, self.s_ctx, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat,
