@@ -410,6 +410,30 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "pdl_next_step": True, "qk_first": False}
 
 
+def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
+                  interpret: bool = _INTERPRET) -> dict:
+    """Kernel name -> (grid, constexpr arguments, launch options) of step t under launch config `cfg`: prep and
+    main, or fused (v6). One place for what `OneLAStepper.step` launches and what `kernels.inspect` compiles."""
+    tp = max(2, triton.next_power_of_2(t))
+    upto = cfg["loop_max_step"]
+    iters = cfg["beam_iters"] if upto is None or t <= upto else 1
+    n_btiles = triton.cdiv(W, cfg["BB"] * iters)
+    main_grid = (geo.v // cfg["BV"], n_btiles, R * geo.hv)
+    shared = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
+                  K_STAGES=cfg["k_stages"], QK_FIRST=bool(cfg["qk_first"]), BEAM_ITERS=iters,
+                  LOOP_STAGES=cfg["loop_stages"] if iters > 1 else 1, QK_BF16=qk_bf16, UPCAST=interpret)
+    opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
+    if cfg["fused"]:
+        return {"fused": (main_grid, {**shared, "TP": tp}, opts)}
+    pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
+    prep = ((triton.cdiv(W, cfg["BB_PREP"]), R * geo.hk),
+            dict(K=geo.k, G=geo.group, STEP=t, TP=tp, BB=cfg["BB_PREP"], PDL=pdl),
+            {"num_warps": cfg["prep_warps"], "launch_pdl": bool(pdl)})
+    main = (main_grid, {**shared, "REPLAY_STAGES": cfg["replay_stages"], "PDL": pdl,
+                        "PDL_NEXT": bool(cfg["pdl_next_step"])}, {**opts, "launch_pdl": bool(pdl)})
+    return {"prep": prep, "main": main}
+
+
 class OneLAStepper(Stepper):
     """Shared S_ctx + append-only GtrStore + [R, W, T] ancestry (two ping-pong tables); two launches per step
     (key-axis prep, then the shared-context main kernel) and a small per-step coefficient workspace."""
@@ -447,41 +471,25 @@ class OneLAStepper(Stepper):
         check_step(self, t, q, k, v, g, beta, parents, out)
         cfg = self.config
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
-        tp = max(2, triton.next_power_of_2(t))
-        upto = cfg["loop_max_step"]
-        iters = cfg["beam_iters"] if upto is None or t <= upto else 1
-        n_btiles = triton.cdiv(W, cfg["BB"] * iters)
-        loop = {"BEAM_ITERS": iters, "LOOP_STAGES": cfg["loop_stages"] if iters > 1 else 1,
-                "QK_FIRST": bool(cfg["qk_first"])}
-        if cfg["fused"]:
-            kern = _onela_fused_kernel[(geo.v // cfg["BV"], n_btiles, R * geo.hv)](
+        launches = step_launches(self.config, geo, R, W, t, q.dtype == torch.bfloat16)
+        if "fused" in launches:
+            grid, const, opts = launches["fused"]
+            kern = _onela_fused_kernel[grid](
                 q, k, v, g, beta, self.s_ctx, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat,
                 self.store.delta, out, R, W, geo.hv, self.T,
-                q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
-                K=geo.k, V=geo.v, G=geo.group, STEP=t, TP=tp, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
-                K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, **loop,
-                num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
-            )
+                q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
             self._note_kernel("fused", kern)
             return out
-        pdl = 0 if _INTERPRET else int(cfg["pdl"])    # the interpreter runs no inline PTX (griddepcontrol)
-        kern = _onela_prep_kernel[(triton.cdiv(W, cfg["BB_PREP"]), R * geo.hk)](
+        grid, const, opts = launches["prep"]
+        kern = _onela_prep_kernel[grid](
             q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,
-            R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2),
-            K=geo.k, G=geo.group, STEP=t, TP=tp, BB=cfg["BB_PREP"], PDL=pdl,
-            num_warps=cfg["prep_warps"], launch_pdl=bool(pdl),
-        )
+            R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2), **const, **opts)
         self._note_kernel("prep", kern)
-        kern = _onela_main_kernel[(geo.v // cfg["BV"], n_btiles, R * geo.hv)](
+        grid, const, opts = launches["main"]
+        kern = _onela_main_kernel[grid](
             q, k, v, beta, self.s_ctx, anc_cur, self.coef, self.store.delta, out,
             R, W, geo.hv, self.T,
-            q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
-            K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
-            K_STAGES=cfg["k_stages"], QK_BF16=(q.dtype == torch.bfloat16), UPCAST=_INTERPRET, **loop,
-            REPLAY_STAGES=cfg["replay_stages"], PDL=pdl, PDL_NEXT=bool(cfg["pdl_next_step"]),
-            num_warps=cfg["num_warps"],
-            num_stages=cfg["num_stages"], launch_pdl=bool(pdl),
-        )
+            q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
         self._note_kernel("main", kern)
         return out
 

@@ -247,3 +247,36 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T):
         assert torch.equal(st1.anc, st0.anc)
         for a, b in zip(st1.store.tensors(), st0.store.tensors()):
             assert torch.equal(a, b)
+
+
+def test_inspect_compiles_hopper_kernels_without_a_gpu():
+    """`kernels.inspect` compiles the launch's kernels for sm_90a on this host (ptxas ships with Triton) and
+    reports registers / spills per step; at K = 256, `qk_first` issues each K-chunk's q, k and S loads (16
+    128-bit loads per thread) before the chunk's first fp32 -> bf16 convert, while the default order converts
+    S before the q, k loads issue (stop 17's K = 256 regression suspect, kernels/NOTES.md)."""
+    import os
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+
+    def inspect(*args):
+        res = subprocess.run([sys.executable, "-m", "kernels.inspect", *args], env=env, capture_output=True,
+                             text=True, timeout=600)
+        assert res.returncode == 0, res.stderr[-2000:]
+        return res.stdout.splitlines()
+
+    lines = [ln for ln in inspect("--geometry", "gdn_small", "--R", "1", "--W", "64", "--O", "3", "--steps", "1")
+             if ln.startswith("step 1 ")]
+    assert [ln.split()[2] for ln in lines] == ["prep", "main"]
+    for ln in lines:
+        assert 0 < int(ln.split(":")[1].split()[0]) <= 255, ln
+
+    def loads_before_first_convert(cfg):
+        out = inspect("--geometry", "range_k256_v256", "--R", "16", "--O", "3", "--steps", "1", "--order",
+                      "--config", cfg)
+        order = out[out.index(next(ln for ln in out if ln.startswith("step 1 main"))) + 1]
+        head = order.split("F2F")[0]
+        return sum(int(part.split(" x")[1]) for part in head.split(" | ") if part.strip().startswith("LDG"))
+
+    assert loads_before_first_convert('{"qk_first": true}') >= 16
+    assert loads_before_first_convert("{}") < 16

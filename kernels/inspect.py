@@ -1,0 +1,122 @@
+"""Compile OneLA's kernels for Hopper on any host, GPU or not: `python -m kernels.inspect [options]`.
+
+Prints, per decode step and kernel, what ptxas allocates for sm_90a -- registers per thread, spilled bytes,
+shared memory -- and with `--order` the main kernel's instruction classes in issue order (global loads, fp32 ->
+bf16 converts, tensor-core MMAs, stores, barriers), run-length encoded. Those decide a kernel's occupancy and
+whether its loads overlap; checking them costs no device time (stop 17 found K = 256's serialised loads this
+way, kernels/NOTES.md). The launch parameters come from `kernels.onela.step_launches`, the same function the
+stepper launches with, and pointer / stride arguments are marked 16-divisible as Triton's launcher specialises
+them for real tensors (without that, loads compile unvectorised and the counts are meaningless). The numbers
+match what the H200 reported for the same configs (e.g. main 173 / 174 registers at K = 256, 255 with a few
+spilled words at K = 128). This is a compile report, not a timing.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from artifact.workload import get_geometry
+from kernels.onela import _onela_fused_kernel, _onela_main_kernel, _onela_prep_kernel, launch_config, step_launches
+
+KERNELS = {"prep": _onela_prep_kernel, "main": _onela_main_kernel, "fused": _onela_fused_kernel}
+# runtime (non-constexpr) arguments: pointer dtype, or "i32"; T_CAP is the only int not 16-divisible in general
+_PTR = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "out_ptr": "*bf16", "delta_ptr": "*bf16",
+        "khat_ptr": "*bf16", "beta_ptr": "*fp32", "g_ptr": "*fp32", "s_ptr": "*fp32", "coef_ptr": "*fp32",
+        "alpha_ptr": "*fp32", "anc_ptr": "*i32", "par_ptr": "*i32", "anc_prev_ptr": "*i32", "anc_next_ptr": "*i32"}
+_ORDER = re.compile(r"\b(LDGSTS|LDG|STG|HGMMA|F2FP|F2F|BAR\.SYNC|LDS|STS)\b")
+
+
+def _ptxas() -> str:
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+
+
+def compile_kernel(name: str, const: dict, opts: dict) -> dict:
+    """Compile one kernel for sm_90a: {'registers', 'spill_bytes', 'shared_bytes', 'ptx'}."""
+    fn = KERNELS[name]
+    sig, attrs = {}, {}
+    for i, arg in enumerate(fn.arg_names):
+        if arg in const:
+            sig[arg] = "constexpr"
+            continue
+        sig[arg] = _PTR.get(arg, "i32")
+        if arg != "T_CAP":
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    options = {k: v for k, v in opts.items() if k in ("num_warps", "num_stages")}
+    ck = triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=options)
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = os.path.join(tmp, "k.ptx")
+        with open(ptx, "w") as f:
+            f.write(ck.asm["ptx"])
+        out = subprocess.run([_ptxas(), "-v", "-arch=sm_90a", ptx, "-o", os.path.join(tmp, "k.cubin")],
+                             capture_output=True, text=True, check=True).stderr
+    regs = re.search(r"Used (\d+) registers", out)
+    spill = re.search(r"(\d+) bytes spill stores", out)
+    return {"registers": int(regs.group(1)) if regs else None, "spill_bytes": int(spill.group(1)) if spill else 0,
+            "shared_bytes": ck.metadata.shared, "asm": ck.asm}
+
+
+def issue_order(asm: dict) -> str:
+    """The main loop's instruction classes in issue order, run-length encoded ('LDG x8 | F2F x24 | ...'), from
+    the SASS Triton keeps (or, where it has none, from ptxas's cubin through cuobjdump)."""
+    sass = asm.get("sass")
+    if not sass:
+        tool = os.path.join(os.path.dirname(_ptxas()), "cuobjdump")
+        with tempfile.TemporaryDirectory() as tmp:
+            ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
+            with open(ptx, "w") as f:
+                f.write(asm["ptx"])
+            subprocess.run([_ptxas(), "-arch=sm_90a", ptx, "-o", cubin], check=True)
+            sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True, check=True).stdout
+    runs: list[list] = []
+    for m in _ORDER.finditer(sass):
+        op = m.group(1)
+        if runs and runs[-1][0] == op:
+            runs[-1][1] += 1
+        else:
+            runs.append([op, 1])
+    return " | ".join(f"{op} x{n}" for op, n in runs)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--geometry", default="qwen3_5_0_8b")
+    ap.add_argument("--R", type=int, default=4)
+    ap.add_argument("--W", type=int, default=512)
+    ap.add_argument("--O", type=int, default=7, help="output tokens: steps 0..O-2 are compiled")
+    ap.add_argument("--config", type=json.loads, default={}, help="launch config overrides (JSON)")
+    ap.add_argument("--steps", type=int, nargs="*", help="only these steps (default: all)")
+    ap.add_argument("--order", action="store_true", help="also print the main kernel's instruction order")
+    args = ap.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") == "1":   # the interpreter replaced the @triton.jit kernels: recompile
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}     # in a process without it
+        cmd = [sys.executable, "-m", "kernels.inspect", *(sys.argv[1:] if argv is None else argv)]
+        return subprocess.run(cmd, env=env).returncode
+    geo = get_geometry(args.geometry)
+    default = launch_config(geo.k, geo.v, args.W, args.R, geo.hv)
+    unknown = sorted(set(args.config) - set(default))
+    if unknown:
+        print(f"kernels.inspect: unknown launch config key(s) {unknown}", file=sys.stderr)
+        return 2
+    cfg = {**default, **args.config}
+    print(f"{args.geometry} R={args.R} W={args.W} O={args.O} sm_90a; config overrides {args.config or 'none'}")
+    for t in args.steps if args.steps is not None else range(args.O - 1):
+        for name, (grid, const, opts) in step_launches(cfg, geo, args.R, args.W, t, interpret=False).items():
+            rep = compile_kernel(name, const, opts)
+            print(f"step {t} {name:5s} grid {grid}: {rep['registers']} registers, {rep['spill_bytes']} bytes "
+                  f"spilled, {rep['shared_bytes']} bytes shared", flush=True)
+            if args.order and name in ("main", "fused"):
+                print("  " + issue_order(rep["asm"]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
