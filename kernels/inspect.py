@@ -1,8 +1,9 @@
 """Compile OneLA's kernels for Hopper on any host, GPU or not: `python -m kernels.inspect [options]`.
 
-Prints, per decode step and kernel, what ptxas allocates for sm_90a -- registers per thread, spilled bytes,
-shared memory -- and with `--order` the main kernel's instruction classes in issue order (global loads, fp32 ->
-bf16 converts, tensor-core MMAs, stores, barriers), run-length encoded. Those decide a kernel's occupancy and
+Prints, per decode step and kernel, what Triton's compile for sm_90a allocates -- registers per thread, spilled
+bytes, shared memory (read from its cubin with the cuobjdump Triton ships) -- and with `--order` the main
+kernel's instruction classes in issue order (global loads, fp32 -> bf16 converts, tensor-core MMAs, stores,
+barriers), run-length encoded. Those decide a kernel's occupancy and
 whether its loads overlap; checking them costs no device time (stop 17 found K = 256's serialised loads this
 way, kernels/NOTES.md). The launch parameters come from `kernels.onela.step_launches`, the same function the
 stepper launches with, and pointer / stride arguments are marked 16-divisible as Triton's launcher specialises
@@ -35,12 +36,23 @@ _PTR = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "out_ptr": "*bf16"
 _ORDER = re.compile(r"\b(LDGSTS|LDG|STG|HGMMA|F2FP|F2F|BAR\.SYNC|LDS|STS)\b")
 
 
-def _ptxas() -> str:
-    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+def _nvidia_tool(name: str) -> str:
+    """A binary Triton ships for its NVIDIA backend (ptxas, cuobjdump)."""
+    return os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", name)
+
+
+def _cuobjdump(cubin: bytes, *flags: str) -> str:
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([_nvidia_tool("cuobjdump"), *flags, f.name], capture_output=True, text=True,
+                              check=True).stdout
 
 
 def compile_kernel(name: str, const: dict, opts: dict) -> dict:
-    """Compile one kernel for sm_90a: {'registers', 'spill_bytes', 'shared_bytes', 'ptx'}."""
+    """Compile one kernel for sm_90a as Triton does for a launch: {'registers', 'spill_bytes', 'shared_bytes',
+    'cubin'}. Registers and the stack frame (spills: the kernels make no calls) are read from Triton's own
+    cubin, so they are the launched kernel's."""
     fn = KERNELS[name]
     sig, attrs = {}, {}
     for i, arg in enumerate(fn.arg_names):
@@ -52,32 +64,17 @@ def compile_kernel(name: str, const: dict, opts: dict) -> dict:
             attrs[(i,)] = [["tt.divisibility", 16]]
     options = {k: v for k, v in opts.items() if k in ("num_warps", "num_stages")}
     ck = triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=options)
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = os.path.join(tmp, "k.ptx")
-        with open(ptx, "w") as f:
-            f.write(ck.asm["ptx"])
-        out = subprocess.run([_ptxas(), "-v", "-arch=sm_90a", ptx, "-o", os.path.join(tmp, "k.cubin")],
-                             capture_output=True, text=True, check=True).stderr
-    regs = re.search(r"Used (\d+) registers", out)
-    spill = re.search(r"(\d+) bytes spill stores", out)
-    return {"registers": int(regs.group(1)) if regs else None, "spill_bytes": int(spill.group(1)) if spill else 0,
-            "shared_bytes": ck.metadata.shared, "asm": ck.asm}
+    cubin = ck.asm["cubin"]
+    usage = _cuobjdump(cubin, "--dump-resource-usage")
+    return {"registers": int(re.search(r"REG:(\d+)", usage).group(1)),
+            "spill_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
+            "shared_bytes": ck.metadata.shared, "cubin": cubin}
 
 
-def issue_order(asm: dict) -> str:
-    """The main loop's instruction classes in issue order, run-length encoded ('LDG x8 | F2F x24 | ...'), from
-    the SASS Triton keeps (or, where it has none, from ptxas's cubin through cuobjdump)."""
-    sass = asm.get("sass")
-    if not sass:
-        tool = os.path.join(os.path.dirname(_ptxas()), "cuobjdump")
-        with tempfile.TemporaryDirectory() as tmp:
-            ptx, cubin = os.path.join(tmp, "k.ptx"), os.path.join(tmp, "k.cubin")
-            with open(ptx, "w") as f:
-                f.write(asm["ptx"])
-            subprocess.run([_ptxas(), "-arch=sm_90a", ptx, "-o", cubin], check=True)
-            sass = subprocess.run([tool, "-sass", cubin], capture_output=True, text=True, check=True).stdout
+def issue_order(cubin: bytes) -> str:
+    """The kernel's instruction classes in issue order, run-length encoded ('LDG x8 | F2F x24 | ...')."""
     runs: list[list] = []
-    for m in _ORDER.finditer(sass):
+    for m in _ORDER.finditer(_cuobjdump(cubin, "-sass")):
         op = m.group(1)
         if runs and runs[-1][0] == op:
             runs[-1][1] += 1
@@ -114,7 +111,7 @@ def main(argv=None) -> int:
             print(f"step {t} {name:5s} grid {grid}: {rep['registers']} registers, {rep['spill_bytes']} bytes "
                   f"spilled, {rep['shared_bytes']} bytes shared", flush=True)
             if args.order and name in ("main", "fused"):
-                print("  " + issue_order(rep["asm"]), flush=True)
+                print("  " + issue_order(rep["cubin"]), flush=True)
     return 0
 
 

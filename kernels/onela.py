@@ -469,7 +469,6 @@ class OneLAStepper(Stepper):
     def step(self, t, q, k, v, g, beta, parents, out):
         geo, R, W = self.geometry, self.R, self.W
         check_step(self, t, q, k, v, g, beta, parents, out)
-        cfg = self.config
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
         launches = step_launches(self.config, geo, R, W, t, q.dtype == torch.bfloat16)
         if "fused" in launches:

@@ -258,9 +258,10 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
     import subprocess
     import sys
 
-    from kernels.inspect import _ptxas
-    if not os.access(_ptxas(), os.X_OK):
-        pytest.skip(f"Triton's ptxas not found at {_ptxas()} (a Triton wheel without its NVIDIA backend binaries)")
+    from kernels.inspect import _nvidia_tool
+    for tool in ("ptxas", "cuobjdump"):
+        if not os.access(_nvidia_tool(tool), os.X_OK):
+            pytest.skip(f"Triton's {tool} not found at {_nvidia_tool(tool)} (a wheel without its NVIDIA binaries)")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
 
     def inspect(*args):
