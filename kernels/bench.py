@@ -37,7 +37,8 @@ class _ConfiguredOneLA(OneLAPath):
         return OneLAStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, self.config)
 
     def kernel_info(self) -> str:
-        """Registers / spilled bytes per kernel of the last stepper's compiles, e.g. 'main:156r/0s'."""
+        """Registers / spilled 4-byte registers (Triton's n_spills) per kernel of the last stepper's compiles,
+        e.g. 'main:156r/0s'."""
         st = getattr(self, "stepper", None)
         return " ".join(f"{k}:{r}r/{sp}s" for k, (r, sp) in (st.kernel_info if st else {}).items())
 

@@ -8,8 +8,9 @@ whether its loads overlap; checking them costs no device time (stop 17 found K =
 way, kernels/NOTES.md). The launch parameters come from `kernels.onela.step_launches`, the same function the
 stepper launches with, and pointer / stride arguments are marked 16-divisible as Triton's launcher specialises
 them for real tensors (without that, loads compile unvectorised and the counts are meaningless). The numbers
-match what the H200 reported for the same configs (e.g. main 173 / 174 registers at K = 256, 255 with a few
-spilled words at K = 128). This is a compile report, not a timing.
+match what the H200 reported for the same configs (e.g. main 173 / 174 registers at K = 256; at K = 128 step 5,
+255 registers and 40 bytes spilled where `kernels.bench` printed 10 spilled 4-byte registers). This is a
+compile report, not a timing.
 """
 from __future__ import annotations
 

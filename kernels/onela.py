@@ -457,7 +457,7 @@ class OneLAStepper(Stepper):
             raise ValueError(f"onela: tiles BV={bv}, BK={bk} must divide V={geometry.v}, K={geometry.k}")
         self.coef = None if self.config["fused"] else \
             torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
-        self.kernel_info: dict = {}     # kernel name -> (registers per thread, spilled bytes) of its last compile
+        self.kernel_info: dict = {}     # kernel name -> (registers, spilled 4-byte registers) of its last compile
 
     def _note_kernel(self, name, kern):
         if getattr(kern, "n_regs", None) is not None:      # None under the interpreter
