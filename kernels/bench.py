@@ -83,6 +83,8 @@ def tune_configs(K: int) -> list[dict]:
     out = [{"BB": bb, "BV": bv, "num_warps": nw, "BK": K, "k_stages": 1} for bb, bv, nw in tiles]
     out += [{"fused": True, "BB": bb, "BV": bv, "num_warps": nw} for bb, bv, nw in fused]   # v6: one launch
     out += [{"BB_PREP": bbp} for bbp in (16, 64)]                       # the prep kernel's beam tile (default 32)
+    # the prep kernel's suffix products from one [BB, TP] alpha gather (stop 18), alone and with the 16-beam tile
+    out += [{"prep_scan": True}, {"prep_scan": True, "BB_PREP": 16}]
     out += [{"BB": bb, "BV": bv, "num_warps": nw, "BK": bk, "k_stages": ks} for bb, bv, bk, ks, nw in chunks]
     if K > 128:     # each chunk's q, k loads before its S load and split (d5ff80e's order; kernels/NOTES.md)
         out.append({"qk_first": True})
@@ -92,7 +94,9 @@ def tune_configs(K: int) -> list[dict]:
 def _label(cfg: dict, K: int) -> str:
     """A short name of a config's differences from the default, e.g. 'fused,128,128,w8' or 'it4,ls2'."""
     if "BB_PREP" in cfg:
-        return f"prep{cfg['BB_PREP']}"
+        return f"prep{cfg['BB_PREP']}" + (",scan" if cfg.get("prep_scan") else "")
+    if cfg.get("prep_scan"):
+        return "scan"
     fused = "fused," if cfg.get("fused") else ""
     tile = [cfg.get("BB", "-"), cfg.get("BV", "-"), f"w{cfg.get('num_warps', '-')}"]
     text = fused + (",".join(map(str, tile)) if {"BB", "BV", "num_warps"} & set(cfg) else "")

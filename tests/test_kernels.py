@@ -117,6 +117,24 @@ def test_onela_one_launch_kernel_gives_the_two_launch_outputs(lineage, device):
             assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("lineage", LINEAGES)
+def test_onela_prep_scan_gives_the_depth_chain_coefficients(lineage, device):
+    """Config prep_scan (every depth's alpha gathered as one tile, suffix products by a reverse scan) writes the
+    depth-by-depth chain's replay coefficients up to fp32 product order, on every small shape (HV = 4 HK: G
+    value heads per key head; T up to 6) and lineage, with the 16- and 32-beam prep tiles."""
+    for geo, R, W, T in SMALL:
+        wl = make_workload(geo, R, W, T, lineage=lineage, seed=R * 5 + W, device=device, prompt_len=16)
+        for bbp in (16, 32):
+            (st0, out0), (st1, out1) = (_run(OneLAStepper, wl, torch.float32, {"BB_PREP": bbp, **c})
+                                        for c in ({}, {"prep_scan": True}))
+            assert torch.isfinite(out1).all(), "an output element was never written (poisoned NaN survived)"
+            # the coefficients of the last step: columns 0..2 and 3 + 2j, 4 + 2j for j < T - 1 are written
+            live = st0.coef[:3 + 2 * (T - 1)]
+            assert torch.allclose(st1.coef[:3 + 2 * (T - 1)], live, rtol=1e-6, atol=0), (geo, R, W, T, bbp)
+            assert (out1 - out0).abs().max().item() <= 1e-5 * out0.abs().max().item(), (geo, R, W, T)
+            assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
+
+
 def test_onela_records_match_replay_and_never_move(device):
     """The kernel's GTRs equal the reference replay's (to bf16), and a later step never rewrites an earlier one."""
     wl = make_workload(Geometry(2, 4, 16, 16), 2, 9, 4, lineage="beam", seed=7, device=device, prompt_len=16)
