@@ -68,7 +68,7 @@ def tune_configs(K: int) -> list[dict]:
     programs at 3 blocks/SM, 1.3 waves), the other beam/value tiles and warps, the prep kernel's beam tile,
     and the K-chunked projection's two best configs (measured slower at R=4, kept as a check).
     K = 256: the default is BV=64 with the K-chunked loop (BK=64, 1 stage); the candidates are one-tile
-    configurations, other chunkings around it and d5ff80e's load order (`qk_first`). Both: the one-launch kernel (v6, `fused`) at a few tiles."""
+    configurations, other chunkings around it and v7's chunk load order (`qk_first` False). Both: the one-launch kernel (v6, `fused`) at a few tiles."""
     if K <= 128:
         tiles = [(32, 128, 2), (32, 128, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4), (64, 128, 8),
                  (128, 64, 4), (128, 64, 8), (128, 128, 8)]
@@ -83,20 +83,21 @@ def tune_configs(K: int) -> list[dict]:
     out = [{"BB": bb, "BV": bv, "num_warps": nw, "BK": K, "k_stages": 1} for bb, bv, nw in tiles]
     out += [{"fused": True, "BB": bb, "BV": bv, "num_warps": nw} for bb, bv, nw in fused]   # v6: one launch
     out += [{"BB_PREP": bbp} for bbp in (16, 64)]                       # the prep kernel's beam tile (default 32)
-    # the prep kernel's suffix products from one [BB, TP] alpha gather (stop 18), alone and with the 16-beam tile
-    out += [{"prep_scan": True}, {"prep_scan": True, "BB_PREP": 16}]
+    # the prep kernel's ancestral alphas as one [BB, TP] gather before the suffix products (stop 18), alone and
+    # with the 16-beam tile
+    out += [{"prep_alpha_tile": True}, {"prep_alpha_tile": True, "BB_PREP": 16}]
     out += [{"BB": bb, "BV": bv, "num_warps": nw, "BK": bk, "k_stages": ks} for bb, bv, bk, ks, nw in chunks]
-    if K > 128:     # each chunk's q, k loads before its S load and split (d5ff80e's order; kernels/NOTES.md)
-        out.append({"qk_first": True})
+    if K > 128:     # v7's chunk load order (S split before the q, k loads; default qk_first since stop 18)
+        out += [{"qk_first": False}, {"BB_PREP": 16, "prep_alpha_tile": True}]
     return out
 
 
 def _label(cfg: dict, K: int) -> str:
     """A short name of a config's differences from the default, e.g. 'fused,128,128,w8' or 'it4,ls2'."""
     if "BB_PREP" in cfg:
-        return f"prep{cfg['BB_PREP']}" + (",scan" if cfg.get("prep_scan") else "")
-    if cfg.get("prep_scan"):
-        return "scan"
+        return f"prep{cfg['BB_PREP']}" + (",atile" if cfg.get("prep_alpha_tile") else "")
+    if cfg.get("prep_alpha_tile"):
+        return "atile"
     fused = "fused," if cfg.get("fused") else ""
     tile = [cfg.get("BB", "-"), cfg.get("BV", "-"), f"w{cfg.get('num_warps', '-')}"]
     text = fused + (",".join(map(str, tile)) if {"BB", "BV", "num_warps"} & set(cfg) else "")
@@ -107,7 +108,7 @@ def _label(cfg: dict, K: int) -> str:
     text += f",rs{cfg['replay_stages']}" if "replay_stages" in cfg else ""
     text += f",pdl{int(cfg['pdl'])}" if "pdl" in cfg else ""
     text += "" if cfg.get("pdl_next_step", True) else ",nonext"
-    text += ",qkfirst" if cfg.get("qk_first") else ""
+    text += {True: ",qkfirst", False: ",splitfirst"}.get(cfg.get("qk_first"), "")
     return text.strip(",")
 
 

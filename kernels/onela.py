@@ -47,9 +47,8 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W
     """The key-axis work of step STEP for BB beams of key head hk: L2 norms (with the K^-1/2 scale), k-hat_t
     stored where `khat_mask`, beam b's ancestry row h_t(b, j) = h_{t-1}(parent(b), j) for j < t-1 and
     h_t(b, t-1) = parent(b), and k-hat_j . q-hat / k-hat_j . k-hat of every ancestral record, as [BB, TP]
-    columns. Returns (inv_q, inv_k, kq_t, slots, slots_next, kqs, kks); slots_next[:, j] = slots[:, j + 1] (the
-    prep kernel's one-tile alpha gather). Before the PDL wait it reads only this step's inputs (q, k); every
-    store and every read of the store or the ancestry comes after it."""
+    columns. Returns (inv_q, inv_k, kq_t, slots, kqs, kks). Before the PDL wait it reads only this step's
+    inputs (q, k); every store and every read of the store or the ancestry comes after it."""
     offs_k = tl.arange(0, K)
     offs_t = tl.arange(0, TP)
     qk_off = qk_row[:, None] + offs_k[None, :]
@@ -64,7 +63,6 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W
     tl.store(khat_ptr + (rec_t * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
              (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=khat_mask)
     slots = tl.zeros([BB, TP], dtype=tl.int32)
-    slots_next = tl.zeros([BB, TP], dtype=tl.int32)
     kqs = tl.zeros([BB, TP], dtype=tl.float32)
     kks = tl.zeros([BB, TP], dtype=tl.float32)
     if STEP > 0:
@@ -75,18 +73,12 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W
             else:
                 slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
             slots = tl.where(offs_t[None, :] == j, slot[:, None], slots)
-            slots_next = tl.where(offs_t[None, :] == j - 1, slot[:, None], slots_next)
             rec = (j * R + r) * W + slot
             k_j = tl.load(khat_ptr + (rec * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
                           mask=mask_b[:, None], other=0.0).to(tl.float32)
             kqs = tl.where(offs_t[None, :] == j, (tl.sum(k_j * qf, axis=1) * inv_q)[:, None], kqs)
             kks = tl.where(offs_t[None, :] == j, (tl.sum(k_j * kf, axis=1) * inv_k)[:, None], kks)
-    return inv_q, inv_k, kq_t, slots, slots_next, kqs, kks
-
-
-@triton.jit
-def _mul(a, b):
-    return a * b
+    return inv_q, inv_k, kq_t, slots, kqs, kks
 
 
 @triton.jit
@@ -95,16 +87,16 @@ def _onela_prep_kernel(
     R, W, HV, HK, T_CAP,
     sq_r, sq_w, sq_h,
     K: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
-    PDL: tl.constexpr, SCAN: tl.constexpr,
+    PDL: tl.constexpr, ALPHA_TILE: tl.constexpr,
 ):
     """Everything of step STEP that lives on the key axis or is a per-beam scalar, once per key head.
 
     Writes beam b's ancestry row, k-hat_t (the new GTR's key), alpha_t, and for each value head of the group
     the coefficients of the closed-form replay (module docstring), so the main kernel needs no K-axis work
-    beyond its two projections and no dependent loads. SCAN (config prep_scan) gathers every depth's alpha as
-    one [BB, TP] tile and forms the suffix products by a reverse scan, stored as [BB, TP] tiles; otherwise one
-    depth at a time, each depth's alpha gather behind the previous depth's product (a chain of STEP dependent
-    memory round trips: kernels/NOTES.md, stop 17)."""
+    beyond its two projections and no dependent loads. ALPHA_TILE (config prep_alpha_tile) gathers every depth's
+    alpha as one [BB, TP] tile before the suffix products; otherwise each depth's alpha gather sits behind the
+    previous depth's product and stores (a chain of STEP dependent memory round trips: kernels/NOTES.md, stop
+    17). The products are formed in the same order either way."""
     if PDL:
         tl_cuda.gdc_launch_dependents()     # the main kernel may start its S load and projections meanwhile
     pid_b = tl.program_id(0)
@@ -118,7 +110,7 @@ def _onela_prep_kernel(
     rec_t = (STEP * R + r) * W + offs_b
 
     qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
-    inv_q, inv_k, kq_t, slots, slots_next, kqs, kks = _key_axis(
+    inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
         q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HK, T_CAP, offs_b, mask_b,
         mask_b[:, None], K, STEP, TP, BB, PDL)
     if STEP > 0:
@@ -136,26 +128,22 @@ def _onela_prep_kernel(
         alpha = tl.exp(tl.load(g_ptr + gb_off, mask=mask_b, other=0.0))
         tl.store(alpha_ptr + rec_t * HV + hv, alpha, mask=mask_b)
         base = coef_ptr + (r * HV + hv) * W + offs_b
-        if SCAN:
+        c = alpha                                          # alpha_t * prod_{i > j} alpha_i, built from j = t-1 down
+        if ALPHA_TILE:   # every depth's alpha in one gather, issued before the chain below (no load in the chain)
             depth = offs_t[None, :]
-            live = mask_b[:, None] & (depth < STEP)
-            a_all = tl.load(alpha_ptr + ((depth * R + r) * W + slots) * HV + hv, mask=live, other=1.0)
-            a_next = tl.load(alpha_ptr + (((depth + 1) * R + r) * W + slots_next) * HV + hv,
-                             mask=mask_b[:, None] & (depth + 1 < STEP), other=1.0)
-            cs = alpha[:, None] * tl.cumprod(a_next, axis=1, reverse=True)     # column j: alpha_t prod_{i > j}
-            c = alpha * tl.reduce(a_all, 1, _mul)                               # P: alpha_t prod_j alpha_j
-            tl.store(base[:, None] + (3 + 2 * depth) * plane, cs * kqs, mask=live)
-            tl.store(base[:, None] + (4 + 2 * depth) * plane, cs * kks, mask=live)
-        else:
-            c = alpha
-        for jj in tl.static_range(0 if SCAN else STEP):   # alpha_t * prod_{i > j} alpha_i, built from j = t-1 down
+            alphas = tl.load(alpha_ptr + ((depth * R + r) * W + slots) * HV + hv,
+                             mask=mask_b[:, None] & (depth < STEP), other=1.0)
+        for jj in tl.static_range(STEP):
             j = STEP - 1 - jj
             slot = tl.sum(tl.where(offs_t[None, :] == j, slots, 0), axis=1)
             kq = tl.sum(tl.where(offs_t[None, :] == j, kqs, 0.0), axis=1)
             kk = tl.sum(tl.where(offs_t[None, :] == j, kks, 0.0), axis=1)
             tl.store(base + (3 + 2 * j) * plane, c * kq, mask=mask_b)
             tl.store(base + (4 + 2 * j) * plane, c * kk, mask=mask_b)
-            c = c * tl.load(alpha_ptr + ((j * R + r) * W + slot) * HV + hv, mask=mask_b, other=1.0)
+            if ALPHA_TILE:
+                c = c * tl.sum(tl.where(offs_t[None, :] == j, alphas, 0.0), axis=1)
+            else:
+                c = c * tl.load(alpha_ptr + ((j * R + r) * W + slot) * HV + hv, mask=mask_b, other=1.0)
         tl.store(base, c * inv_q, mask=mask_b)
         tl.store(base + plane, c * inv_k, mask=mask_b)
         tl.store(base + 2 * plane, kq_t, mask=mask_b)
@@ -205,8 +193,8 @@ def _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K: 
     """u_q, u_k [BB, BV] over all of K: against the program's split S tile (BK == K, split once by the caller
     and reused for every beam tile it runs), or K in chunks of BK, each chunk of S loaded and split here (fewer
     live registers, and Triton can pipeline the chunks' loads over K_STAGES). QK_FIRST issues a chunk's q, k
-    loads before its S load and split, as d5ff80e did (v7 moved them after: a suspect for K = 256's slowdown
-    since, kernels/NOTES.md)."""
+    loads before its S load and split, as d5ff80e did; v7 had moved them after, which made K = 256 17-20 %
+    slower (kernels/NOTES.md, stop 18)."""
     if BK == K:
         q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, tl.arange(0, K), mask_b)
         u_q, u_k = _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16, UPCAST)
@@ -358,7 +346,7 @@ def _onela_fused_kernel(
         rw = r * W + offs_b
         rec_t = (STEP * R + r) * W + offs_b
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
-        inv_q, inv_k, kq_t, slots, _, kqs, kks = _key_axis(
+        inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
             q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HV // G, T_CAP, offs_b, mask_b,
             mask_b[:, None] & first_v & (hv % G == 0), K, STEP, TP, BB, False)
         alpha = tl.exp(tl.load(g_ptr + rw * HV + hv, mask=mask_b, other=0.0))
@@ -416,7 +404,9 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     previous one finishes and waits (griddepcontrol.wait) only before its first read of what that one wrote:
     2 when a program runs several beam tiles (the wait after the S tile's load and split, so every tile's loop
     body is the same), 1 when it runs one (the wait after that tile's projections, which then overlap too; at
-    K = 256 there is no S tile to overlap). Measured in kernels/NOTES.md (v8)."""
+    K = 256 there is no S tile to overlap). Measured in kernels/NOTES.md (v8). qk_first (K-chunked): each
+    chunk issues its q, k loads before its S load and split -- 17-20 % faster at K = 256 than the other order
+    (stop 18)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 else 64
@@ -429,7 +419,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": 1, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
-            "pdl_next_step": True, "qk_first": False, "prep_scan": False}
+            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": False}
 
 
 def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
@@ -450,7 +440,7 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
     pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
     prep = ((triton.cdiv(W, cfg["BB_PREP"]), R * geo.hk),
             dict(K=geo.k, G=geo.group, STEP=t, TP=tp, BB=cfg["BB_PREP"], PDL=pdl,
-                 SCAN=bool(cfg["prep_scan"])),
+                 ALPHA_TILE=bool(cfg["prep_alpha_tile"])),
             {"num_warps": cfg["prep_warps"], "launch_pdl": bool(pdl)})
     main = (main_grid, {**shared, "REPLAY_STAGES": cfg["replay_stages"], "PDL": pdl,
                         "PDL_NEXT": bool(cfg["pdl_next_step"])}, {**opts, "launch_pdl": bool(pdl)})

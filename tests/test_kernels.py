@@ -100,6 +100,8 @@ def test_onela_launch_config_beam_loop_rule():
     # v8: PDL waits before the beam loop when there is one, after the one tile's projections otherwise
     assert launch_config(128, 128, 512, 4, 16)["pdl"] == 2 and launch_config(128, 128, 128, 4, 16)["pdl"] == 1
     assert launch_config(256, 256, 512, 16, 16)["pdl"] == 1
+    # stop 18: K-chunked projections issue a chunk's q, k loads before its S load and split
+    assert launch_config(256, 256, 512, 16, 16)["qk_first"] and not launch_config(128, 128, 512, 4, 16)["qk_first"]
 
 
 @pytest.mark.parametrize("lineage", LINEAGES)
@@ -118,20 +120,20 @@ def test_onela_one_launch_kernel_gives_the_two_launch_outputs(lineage, device):
 
 
 @pytest.mark.parametrize("lineage", LINEAGES)
-def test_onela_prep_scan_gives_the_depth_chain_coefficients(lineage, device):
-    """Config prep_scan (every depth's alpha gathered as one tile, suffix products by a reverse scan) writes the
-    depth-by-depth chain's replay coefficients up to fp32 product order, on every small shape (HV = 4 HK: G
-    value heads per key head; T up to 6) and lineage, with the 16- and 32-beam prep tiles."""
+def test_onela_prep_alpha_tile_gives_the_depth_chain_coefficients(lineage, device):
+    """Config prep_alpha_tile (every depth's ancestral alpha gathered as one tile before the suffix products)
+    writes bit for bit the depth-by-depth chain's replay coefficients, outputs and ancestry -- the products are
+    formed in the same order -- on every small shape (HV = 4 HK: G value heads per key head; T up to 6) and
+    lineage, with the 16- and 32-beam prep tiles."""
     for geo, R, W, T in SMALL:
         wl = make_workload(geo, R, W, T, lineage=lineage, seed=R * 5 + W, device=device, prompt_len=16)
         for bbp in (16, 32):
             (st0, out0), (st1, out1) = (_run(OneLAStepper, wl, torch.float32, {"BB_PREP": bbp, **c})
-                                        for c in ({}, {"prep_scan": True}))
+                                        for c in ({}, {"prep_alpha_tile": True}))
             assert torch.isfinite(out1).all(), "an output element was never written (poisoned NaN survived)"
-            # the coefficients of the last step: columns 0..2 and 3 + 2j, 4 + 2j for j < T - 1 are written
-            live = st0.coef[:3 + 2 * (T - 1)]
-            assert torch.allclose(st1.coef[:3 + 2 * (T - 1)], live, rtol=1e-6, atol=0), (geo, R, W, T, bbp)
-            assert (out1 - out0).abs().max().item() <= 1e-5 * out0.abs().max().item(), (geo, R, W, T)
+            n = 3 + 2 * (T - 1)       # the last step's columns: P inv_q, P inv_k, k-hat . q-hat, two per depth
+            assert torch.equal(st1.coef[:n], st0.coef[:n]), (geo, R, W, T, bbp)
+            assert torch.equal(out1, out0), (geo, R, W, T, bbp)
             assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
 
 
@@ -269,9 +271,10 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T):
 
 def test_inspect_compiles_hopper_kernels_without_a_gpu():
     """`kernels.inspect` compiles the launch's kernels for sm_90a on this host (ptxas ships with Triton) and
-    reports registers / spills per step; at K = 256, `qk_first` issues each K-chunk's q, k and S loads (16
-    128-bit loads per thread) before the chunk's first fp32 -> bf16 convert, while the default order converts
-    S before the q, k loads issue (stop 17's K = 256 regression suspect, kernels/NOTES.md)."""
+    reports registers / spills per step; at K = 256 the default (`qk_first`, since stop 18) issues each
+    K-chunk's q, k and S loads (16 128-bit loads per thread) before the chunk's first fp32 -> bf16 convert,
+    while v7's order (`qk_first` false) converts S before the q, k loads issue -- stop 17's K = 256 regression,
+    17-20 % (kernels/NOTES.md)."""
     import os
     import subprocess
     import sys
@@ -301,5 +304,5 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
         head = order.split("F2F")[0]
         return sum(int(part.split(" x")[1]) for part in head.split(" | ") if part.strip().startswith("LDG"))
 
-    assert loads_before_first_convert('{"qk_first": true}') >= 16
-    assert loads_before_first_convert("{}") < 16
+    assert loads_before_first_convert("{}") >= 16
+    assert loads_before_first_convert('{"qk_first": false}') < 16
