@@ -88,14 +88,14 @@ def tune_configs(K: int) -> list[dict]:
     out += [{"prep_alpha_tile": True}, {"prep_alpha_tile": True, "BB_PREP": 16}]
     out += [{"BB": bb, "BV": bv, "num_warps": nw, "BK": bk, "k_stages": ks} for bb, bv, bk, ks, nw in chunks]
     if K > 128:     # v7's chunk load order (S split before the q, k loads; default qk_first since stop 18)
-        out += [{"qk_first": False}, {"BB_PREP": 16, "prep_alpha_tile": True}]
+        out += [{"qk_first": False}, {"BB_PREP": 32, "prep_alpha_tile": False}]   # and d5ff80e..stop 17's prep
     return out
 
 
 def _label(cfg: dict, K: int) -> str:
     """A short name of a config's differences from the default, e.g. 'fused,128,128,w8' or 'it4,ls2'."""
     if "BB_PREP" in cfg:
-        return f"prep{cfg['BB_PREP']}" + (",atile" if cfg.get("prep_alpha_tile") else "")
+        return f"prep{cfg['BB_PREP']}" + {True: ",atile", False: ",chain"}.get(cfg.get("prep_alpha_tile"), "")
     if cfg.get("prep_alpha_tile"):
         return "atile"
     fused = "fused," if cfg.get("fused") else ""

@@ -406,7 +406,8 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     body is the same), 1 when it runs one (the wait after that tile's projections, which then overlap too; at
     K = 256 there is no S tile to overlap). Measured in kernels/NOTES.md (v8). qk_first (K-chunked): each
     chunk issues its q, k loads before its S load and split -- 17-20 % faster at K = 256 than the other order
-    (stop 18)."""
+    (stop 18). K > 128's prep kernel: 16-beam tiles with the ancestral alphas in one gather (prep_alpha_tile;
+    at 32 beams its [BB, K] k-hat rows spill past step 3): 3-5 % off O=7 at K = 256, within 1 % at K = 128."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 else 64
@@ -418,8 +419,8 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
         iters *= 2
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": 1, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
-            "BB_PREP": min(bb, 32), "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
-            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": False}
+            "BB_PREP": min(bb, 32) if K <= 128 else 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
+            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": K > 128}
 
 
 def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
