@@ -144,8 +144,25 @@ def run_cells(cfg, cells: list[dict], ctx) -> Iterator[dict]:
         yield row
 
 
+def private_inductor_cache() -> str:
+    """Give this process its own, empty Inductor cache (TORCHINDUCTOR_CACHE_DIR) unless one is set, so every
+    compiled kernel's launch config is autotuned in this run, not read from whatever another run -- possibly a
+    concurrent one on the other GPU -- left in the shared default cache. Why: OneLA's conv-with-gather kernel ran
+    at 29 us per call in runs with their own fresh cache and at 102 us (Inductor's untuned config) in runs that
+    shared one (results/README.md, stop 18)."""
+    import os
+    import tempfile
+
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+    given = os.environ.get("TORCHINDUCTOR_CACHE_DIR")     # Inductor writes its default here once it has used it
+    if not given or os.path.abspath(given) == os.path.abspath(default_cache_dir()):
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="onela_inductor_")
+    return os.environ["TORCHINDUCTOR_CACHE_DIR"]
+
+
 def iter_cells(cfg, cells: list[dict], ctx) -> Iterator[tuple[dict, dict | None]]:
     """(row, recurrent-share record or None) per cell."""
+    private_inductor_cache()
     settings = FullModelSettings.from_cfg(cfg)
     inputs = _Inputs(settings, ctx.device)
     order = sorted(range(len(cells)), key=lambda i: (cells[i]["seed"], cells[i]["R"], cells[i]["prompt_len"],
