@@ -146,10 +146,10 @@ def run_cells(cfg, cells: list[dict], ctx) -> Iterator[dict]:
 
 def private_inductor_cache() -> str:
     """Give this process its own, empty Inductor cache (TORCHINDUCTOR_CACHE_DIR) unless one is set, so every
-    compiled kernel's launch config is autotuned in this run, not read from whatever another run -- possibly a
-    concurrent one on the other GPU -- left in the shared default cache. Why: OneLA's conv-with-gather kernel ran
-    at 29 us per call in runs with their own fresh cache and at 102 us (Inductor's untuned config) in runs that
-    shared one (results/README.md, stop 18)."""
+    compiled kernel's launch config is autotuned in this run, never read from what another run (another code
+    version, or a concurrent run on the other GPU) left in the shared default cache. Hygiene, not a proven fix:
+    OneLA's conv-with-gather kernel ran at 102 us per call (Inductor's untuned config) instead of 29 in some
+    runs that shared the default cache, but a later pair sharing one got 29 us too (results/README.md, stop 18)."""
     import os
     import tempfile
 

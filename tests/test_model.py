@@ -7,6 +7,7 @@ import dataclasses
 import json
 import math
 import shutil
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -321,6 +322,24 @@ def test_run_cells_on_cpu_rows(tmp_path):
     assert skipped["status"] == "skipped" and "CUDA GPU" in skipped["reason"]
     with pytest.raises(ValueError, match="repeat"):
         list(run_cells({"full_model": {"repeat": 3}}, cells[:1], ctx))
+
+
+def test_each_full_model_run_gets_its_own_inductor_cache(tmp_path, monkeypatch):
+    """A run's compiled kernels are autotuned in that run: no shared default Inductor cache (stop 18), but a
+    cache the user names is kept."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
+    from artifact.fullmodel_bench import private_inductor_cache
+    for given in (None, default_cache_dir()):           # unset, or the default Inductor itself wrote back
+        if given is None:
+            monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+        else:
+            monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", given)
+        mine = private_inductor_cache()
+        assert mine != default_cache_dir() and not any(Path(mine).iterdir()), mine
+        assert private_inductor_cache() == mine                 # once per process, not per cell
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "named"))
+    assert private_inductor_cache() == str(tmp_path / "named")
 
 
 def test_profile_writes_a_per_kernel_table(tmp_path):
