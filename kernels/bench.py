@@ -23,7 +23,7 @@ from artifact.reference import fullstate_decode
 from artifact.results import env_record
 from artifact.workload import make_workload
 from kernels.fullstate import ControlledFullStatePath, ControlledFullStateStepper
-from kernels.onela import OneLAPath, OneLAStepper
+from kernels.onela import OneLAPath, OneLAStepper, launch_config
 
 MIB = 2 ** 20
 
@@ -68,7 +68,8 @@ def tune_configs(K: int) -> list[dict]:
     programs at 3 blocks/SM, 1.3 waves), the other beam/value tiles and warps, the prep kernel's beam tile,
     and the K-chunked projection's two best configs (measured slower at R=4, kept as a check).
     K = 256: the default is BV=64 with the K-chunked loop (BK=64, 1 stage); the candidates are one-tile
-    configurations, other chunkings around it and v7's chunk load order (`qk_first` False). Both: the one-launch kernel (v6, `fused`) at a few tiles."""
+    configurations, other chunkings around it and v7's chunk load order (`qk_first` False). Both: the one-launch
+    kernel (v6, `fused`) at a few tiles, and the prep kernel's beam tile and alpha gather around the default."""
     if K <= 128:
         tiles = [(32, 128, 2), (32, 128, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4), (64, 128, 8),
                  (128, 64, 4), (128, 64, 8), (128, 128, 8)]
@@ -82,22 +83,22 @@ def tune_configs(K: int) -> list[dict]:
         fused = [(64, 64, 4), (32, 64, 4), (64, 64, 8), (64, 32, 4)]
     out = [{"BB": bb, "BV": bv, "num_warps": nw, "BK": K, "k_stages": 1} for bb, bv, nw in tiles]
     out += [{"fused": True, "BB": bb, "BV": bv, "num_warps": nw} for bb, bv, nw in fused]   # v6: one launch
-    out += [{"BB_PREP": bbp} for bbp in (16, 64)]                       # the prep kernel's beam tile (default 32)
-    # the prep kernel's ancestral alphas as one [BB, TP] gather before the suffix products (stop 18), alone and
-    # with the 16-beam tile
-    out += [{"prep_alpha_tile": True}, {"prep_alpha_tile": True, "BB_PREP": 16}]
+    # the prep kernel: beam tile x the ancestral alphas as one gather (atile, stop 18) or depth by depth (chain),
+    # each pair but the default's (K <= 128: 32 beams, chain; K = 256: 16, atile)
+    default = launch_config(K, K, 512)
+    out += [{"BB_PREP": bbp, "prep_alpha_tile": at} for bbp in (16, 32, 64) for at in (False, True)
+            if (bbp, at) != (default["BB_PREP"], default["prep_alpha_tile"])]
     out += [{"BB": bb, "BV": bv, "num_warps": nw, "BK": bk, "k_stages": ks} for bb, bv, bk, ks, nw in chunks]
     if K > 128:     # v7's chunk load order (S split before the q, k loads; default qk_first since stop 18)
-        out += [{"qk_first": False}, {"BB_PREP": 32, "prep_alpha_tile": False}]   # and d5ff80e..stop 17's prep
+        out.append({"qk_first": False})
     return out
 
 
 def _label(cfg: dict, K: int) -> str:
     """A short name of a config's differences from the default, e.g. 'fused,128,128,w8' or 'it4,ls2'."""
-    if "BB_PREP" in cfg:
-        return f"prep{cfg['BB_PREP']}" + {True: ",atile", False: ",chain"}.get(cfg.get("prep_alpha_tile"), "")
-    if cfg.get("prep_alpha_tile"):
-        return "atile"
+    if "BB_PREP" in cfg or "prep_alpha_tile" in cfg:      # e.g. 'prep16,atile', 'prep32,chain', 'atile'
+        text = f"prep{cfg['BB_PREP']}," if "BB_PREP" in cfg else ""
+        return (text + {True: "atile", False: "chain"}.get(cfg.get("prep_alpha_tile"), "")).strip(",")
     fused = "fused," if cfg.get("fused") else ""
     tile = [cfg.get("BB", "-"), cfg.get("BV", "-"), f"w{cfg.get('num_warps', '-')}"]
     text = fused + (",".join(map(str, tile)) if {"BB", "BV", "num_warps"} & set(cfg) else "")

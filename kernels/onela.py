@@ -135,7 +135,6 @@ def _onela_prep_kernel(
                              mask=mask_b[:, None] & (depth < STEP), other=1.0)
         for jj in tl.static_range(STEP):
             j = STEP - 1 - jj
-            slot = tl.sum(tl.where(offs_t[None, :] == j, slots, 0), axis=1)
             kq = tl.sum(tl.where(offs_t[None, :] == j, kqs, 0.0), axis=1)
             kk = tl.sum(tl.where(offs_t[None, :] == j, kks, 0.0), axis=1)
             tl.store(base + (3 + 2 * j) * plane, c * kq, mask=mask_b)
@@ -143,6 +142,7 @@ def _onela_prep_kernel(
             if ALPHA_TILE:
                 c = c * tl.sum(tl.where(offs_t[None, :] == j, alphas, 0.0), axis=1)
             else:
+                slot = tl.sum(tl.where(offs_t[None, :] == j, slots, 0), axis=1)
                 c = c * tl.load(alpha_ptr + ((j * R + r) * W + slot) * HV + hv, mask=mask_b, other=1.0)
         tl.store(base, c * inv_q, mask=mask_b)
         tl.store(base + plane, c * inv_k, mask=mask_b)
