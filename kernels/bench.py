@@ -110,6 +110,7 @@ def _label(cfg: dict, K: int) -> str:
     text += f",pdl{int(cfg['pdl'])}" if "pdl" in cfg else ""
     text += "" if cfg.get("pdl_next_step", True) else ",nonext"
     text += {True: ",qkfirst", False: ",splitfirst"}.get(cfg.get("qk_first"), "")
+    text += ",s1" if cfg.get("s_planes", 2) == 1 else ""
     return text.strip(",")
 
 
