@@ -102,7 +102,7 @@ def _label(cfg: dict, K: int) -> str:
     fused = "fused," if cfg.get("fused") else ""
     tile = [cfg.get("BB", "-"), cfg.get("BV", "-"), f"w{cfg.get('num_warps', '-')}"]
     text = fused + (",".join(map(str, tile)) if {"BB", "BV", "num_warps"} & set(cfg) else "")
-    text += f",BK{cfg['BK']},s{cfg['k_stages']}" if cfg.get("BK", K) < K else ""
+    text += f",BK{cfg['BK']},s{cfg.get('k_stages', 1)}" if cfg.get("BK", K) < K else ""
     text += f",it{cfg['beam_iters']}" if cfg.get("beam_iters", 1) > 1 else ""
     text += f",ls{cfg['loop_stages']}" if cfg.get("loop_stages", 1) > 1 else ""
     text += f",upto{cfg['loop_max_step']}" if "loop_max_step" in cfg else ""
