@@ -98,7 +98,9 @@ def _label(cfg: dict, K: int) -> str:
     """A short name of a config's differences from the default, e.g. 'fused,128,128,w8' or 'it4,ls2'."""
     if "BB_PREP" in cfg or "prep_alpha_tile" in cfg:      # e.g. 'prep16,atile', 'prep32,chain', 'atile'
         text = f"prep{cfg['BB_PREP']}," if "BB_PREP" in cfg else ""
-        return (text + {True: "atile", False: "chain"}.get(cfg.get("prep_alpha_tile"), "")).strip(",")
+        text += {True: "atile", False: "chain"}.get(cfg.get("prep_alpha_tile"), "")
+        rest = _label({k: v for k, v in cfg.items() if k not in ("BB_PREP", "prep_alpha_tile")}, K)
+        return (text + "," + rest).strip(",")
     fused = "fused," if cfg.get("fused") else ""
     tile = [cfg.get("BB", "-"), cfg.get("BV", "-"), f"w{cfg.get('num_warps', '-')}"]
     text = fused + (",".join(map(str, tile)) if {"BB", "BV", "num_warps"} & set(cfg) else "")
@@ -110,7 +112,7 @@ def _label(cfg: dict, K: int) -> str:
     text += f",pdl{int(cfg['pdl'])}" if "pdl" in cfg else ""
     text += "" if cfg.get("pdl_next_step", True) else ",nonext"
     text += {True: ",qkfirst", False: ",splitfirst"}.get(cfg.get("qk_first"), "")
-    text += ",s1" if cfg.get("s_planes", 2) == 1 else ""
+    text += f",lo_{cfg['s_lo']}" if "s_lo" in cfg else ""
     return text.strip(",")
 
 

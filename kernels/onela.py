@@ -150,13 +150,13 @@ def _onela_prep_kernel(
 
 
 @triton.jit
-def _s_split(s_ptr, s_row, offs_k, S_PLANES: tl.constexpr):
+def _s_split(s_ptr, s_row, offs_k, S_LO: tl.constexpr):
     """S[rows, offs_k] (fp32) split into bf16 hi + lo (16 significant bits), transposed for the dots. bf16 q, k
     are exact in bf16, so two bf16 products give S q to about fp32 accuracy at the bf16 rate (tf32 would round S
     to 11 bits: kernels/NOTES.md)."""
     s_tile = tl.load(s_ptr + s_row[:, None] + offs_k[None, :])                  # [BV, BK] fp32
     s_hi = s_tile.to(tl.bfloat16)
-    if S_PLANES == 1:   # experiment: S rounded to bf16, one product per projection (no lo plane)
+    if S_LO == 0:   # no projection uses the lo plane (config s_lo "none")
         return tl.trans(s_hi), tl.trans(s_hi)
     s_lo = (s_tile - s_hi.to(tl.float32)).to(tl.bfloat16)
     return tl.trans(s_hi), tl.trans(s_lo)
@@ -171,14 +171,15 @@ def _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b):
 
 
 @triton.jit
-def _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16: tl.constexpr, UPCAST: tl.constexpr, S_PLANES: tl.constexpr):
+def _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16: tl.constexpr, UPCAST: tl.constexpr, S_LO: tl.constexpr):
     """u_q = q S^T and u_k = k S^T (raw q, k) against a split S tile: [BB, BV] each."""
-    if QK_BF16 and S_PLANES == 1:
+    if QK_BF16:     # S_LO: which products also take S's lo plane -- 2 both, 1 u_q only, 0 neither
         u_q = _mm(q_in, s_hi_t, UPCAST)
+        if S_LO >= 1:
+            u_q += _mm(q_in, s_lo_t, UPCAST)
         u_k = _mm(k_in, s_hi_t, UPCAST)
-    elif QK_BF16:
-        u_q = _mm(q_in, s_hi_t, UPCAST) + _mm(q_in, s_lo_t, UPCAST)
-        u_k = _mm(k_in, s_hi_t, UPCAST) + _mm(k_in, s_lo_t, UPCAST)
+        if S_LO == 2:
+            u_k += _mm(k_in, s_lo_t, UPCAST)
     else:   # other input dtypes: split q, k too (three products each)
         qf = q_in.to(tl.float32)
         kf = k_in.to(tl.float32)
@@ -194,7 +195,7 @@ def _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16: tl.constexpr, UPCAST: tl.const
 @triton.jit
 def _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K: tl.constexpr, BB: tl.constexpr,
                  BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
-                 QK_BF16: tl.constexpr, UPCAST: tl.constexpr, S_PLANES: tl.constexpr):
+                 QK_BF16: tl.constexpr, UPCAST: tl.constexpr, S_LO: tl.constexpr):
     """u_q, u_k [BB, BV] over all of K: against the program's split S tile (BK == K, split once by the caller
     and reused for every beam tile it runs), or K in chunks of BK, each chunk of S loaded and split here (fewer
     live registers, and Triton can pipeline the chunks' loads over K_STAGES). QK_FIRST issues a chunk's q, k
@@ -202,7 +203,7 @@ def _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K: 
     slower (kernels/NOTES.md, stop 18)."""
     if BK == K:
         q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, tl.arange(0, K), mask_b)
-        u_q, u_k = _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16, UPCAST, S_PLANES)
+        u_q, u_k = _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16, UPCAST, S_LO)
     else:
         u_q = tl.zeros([BB, BV], dtype=tl.float32)
         u_k = tl.zeros([BB, BV], dtype=tl.float32)
@@ -210,21 +211,21 @@ def _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K: 
             offs_k = kc + tl.arange(0, BK)
             if QK_FIRST:
                 q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b)
-                c_hi_t, c_lo_t = _s_split(s_ptr, s_row, offs_k, S_PLANES)
+                c_hi_t, c_lo_t = _s_split(s_ptr, s_row, offs_k, S_LO)
             else:
-                c_hi_t, c_lo_t = _s_split(s_ptr, s_row, offs_k, S_PLANES)
+                c_hi_t, c_lo_t = _s_split(s_ptr, s_row, offs_k, S_LO)
                 q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b)
-            d_q, d_k = _qk_dots(q_in, k_in, c_hi_t, c_lo_t, QK_BF16, UPCAST, S_PLANES)
+            d_q, d_k = _qk_dots(q_in, k_in, c_hi_t, c_lo_t, QK_BF16, UPCAST, S_LO)
             u_q += d_q
             u_k += d_k
     return u_q, u_k
 
 
 @triton.jit
-def _s_tile(s_ptr, s_row, K: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, S_PLANES: tl.constexpr):
+def _s_tile(s_ptr, s_row, K: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, S_LO: tl.constexpr):
     """The program's split S tile when the projection is one tile (BK == K); dummies for the K-chunked one."""
     if BK == K:
-        s_hi_t, s_lo_t = _s_split(s_ptr, s_row, tl.arange(0, K), S_PLANES)
+        s_hi_t, s_lo_t = _s_split(s_ptr, s_row, tl.arange(0, K), S_LO)
     else:
         s_hi_t = tl.zeros([16, 16], dtype=tl.bfloat16)
         s_lo_t = s_hi_t
@@ -251,7 +252,7 @@ def _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W
 
 @triton.jit
 def _head_tile(s_ptr, HV, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
-               S_PLANES: tl.constexpr):
+               S_LO: tl.constexpr):
     """This program's (request, value head, key head), its V columns and its split S_ctx[r, hv] tile -- what it
     keeps for every beam tile it runs."""
     pid_v = tl.program_id(0)          # fastest: the V tiles of one beam tile run together and share q, k in L2
@@ -260,7 +261,7 @@ def _head_tile(s_ptr, HV, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV:
     hv = pid_rh % HV
     offs_v = pid_v * BV + tl.arange(0, BV)
     s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
-    s_hi_t, s_lo_t = _s_tile(s_ptr, s_row, K, BV, BK, S_PLANES)
+    s_hi_t, s_lo_t = _s_tile(s_ptr, s_row, K, BV, BK, S_LO)
     return r, hv, hv // G, offs_v, s_row, s_hi_t, s_lo_t
 
 
@@ -285,7 +286,7 @@ def _onela_main_kernel(
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
-    UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr, S_PLANES: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr, S_LO: tl.constexpr,
 ):
     """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
     tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
@@ -297,7 +298,7 @@ def _onela_main_kernel(
     if PDL and PDL_NEXT:
         tl_cuda.gdc_launch_dependents()     # the next step's prep may start its q, k loads meanwhile
     pid_b = tl.program_id(1)
-    r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK, S_PLANES)
+    r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK, S_LO)
     if PDL == 2:
         tl_cuda.gdc_wait()          # only the S tile's load and split overlap the prep kernel
     plane = R * HV * W
@@ -307,7 +308,7 @@ def _onela_main_kernel(
         rw = r * W + offs_b
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
         u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
-                                K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_PLANES)
+                                K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_LO)
         if PDL == 1:
             tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
         cbase = coef_ptr + (r * HV + hv) * W + offs_b
@@ -336,7 +337,7 @@ def _onela_fused_kernel(
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
-    S_PLANES: tl.constexpr,
+    S_LO: tl.constexpr,
 ):
     """v6: the prep and main kernels in one launch (kernels/NOTES.md). Each program does its own key-axis work
     (`_key_axis`, then the suffix products) before the projections, so no coefficient table goes through
@@ -344,7 +345,7 @@ def _onela_fused_kernel(
     each V tile (L2 hits). The first V tile of each (value head, beam tile) writes alpha_t, the first value
     head of a key head k-hat_t, value head 0 the ancestry row."""
     pid_b = tl.program_id(1)
-    r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK, S_PLANES)
+    r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK, S_LO)
     offs_t = tl.arange(0, TP)
     first_v = tl.program_id(0) == 0
     for it in tl.range(0, BEAM_ITERS, num_stages=LOOP_STAGES):
@@ -372,7 +373,7 @@ def _onela_fused_kernel(
             c = c * tl.load(alpha_ptr + ((j * R + r) * W + slot) * HV + hv, mask=mask_b, other=1.0)
 
         u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
-                                K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_PLANES)
+                                K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_LO)
         u_q = u_q * (c * inv_q)[:, None]
         u_k = u_k * (c * inv_k)[:, None]
         cq = cs * kqs
@@ -427,7 +428,10 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": 1, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": min(bb, 32) if K <= 128 else 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
-            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": K > 128, "s_planes": 2}
+            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": K > 128, "s_lo": "qk"}
+
+
+_S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane
 
 
 def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
@@ -442,7 +446,7 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
     shared = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"],
                   K_STAGES=cfg["k_stages"], QK_FIRST=bool(cfg["qk_first"]), BEAM_ITERS=iters,
                   LOOP_STAGES=cfg["loop_stages"] if iters > 1 else 1, QK_BF16=qk_bf16, UPCAST=interpret,
-                  S_PLANES=int(cfg["s_planes"]))
+                  S_LO=_S_LO[cfg["s_lo"]])
     opts = {"num_warps": cfg["num_warps"], "num_stages": cfg["num_stages"]}
     if cfg["fused"]:
         return {"fused": (main_grid, {**shared, "TP": tp}, opts)}
@@ -474,6 +478,8 @@ class OneLAStepper(Stepper):
         unknown = sorted(set(self.config) - set(default))
         if unknown:
             raise ValueError(f"onela: unknown launch config key(s) {unknown}")
+        if self.config["s_lo"] not in _S_LO:
+            raise ValueError(f"onela: s_lo={self.config['s_lo']!r} unknown; one of {sorted(_S_LO)}")
         bv, bk = self.config["BV"], self.config["BK"]
         if geometry.v % bv or geometry.k % bk:
             raise ValueError(f"onela: tiles BV={bv}, BK={bk} must divide V={geometry.v}, K={geometry.k}")
