@@ -69,7 +69,8 @@ def tune_configs(K: int) -> list[dict]:
     and the K-chunked projection's two best configs (measured slower at R=4, kept as a check).
     K = 256: the default is BV=64 with the K-chunked loop (BK=64, 1 stage); the candidates are one-tile
     configurations, other chunkings around it and v7's chunk load order (`qk_first` False). Both: the one-launch
-    kernel (v6, `fused`) at a few tiles, and the prep kernel's beam tile and alpha gather around the default."""
+    kernel (v6, `fused`) at a few tiles, the prep kernel's beam tile and alpha gather around the default, and the
+    other `s_lo` choices (which projections take S_ctx's bf16 lo plane)."""
     if K <= 128:
         tiles = [(32, 128, 2), (32, 128, 4), (32, 64, 4), (64, 64, 4), (64, 128, 4), (64, 128, 8),
                  (128, 64, 4), (128, 64, 8), (128, 128, 8)]
@@ -91,6 +92,8 @@ def tune_configs(K: int) -> list[dict]:
     out += [{"BB": bb, "BV": bv, "num_warps": nw, "BK": bk, "k_stages": ks} for bb, bv, bk, ks, nw in chunks]
     if K > 128:     # v7's chunk load order (S split before the q, k loads; default qk_first since stop 18)
         out.append({"qk_first": False})
+    # which projections take S's bf16 lo plane (stop 19): the choices other than the default
+    out += [{"s_lo": lo} for lo in ("qk", "q", "none") if lo != default["s_lo"]]
     return out
 
 

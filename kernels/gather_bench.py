@@ -1,0 +1,87 @@
+"""How fast can 256 B GTR rows be gathered at the beam workload's ancestry pattern? `python -m kernels.gather_bench`
+(a benchmark, GPU only; results/kernels/gather_bw_*.log).
+
+The floor of kernels.onela.onela_cost moves each distinct ancestral record at copy bandwidth; this measures what a
+kernel that does nothing but the gathers reaches.
+
+Store [T, R, W, H, 128] bf16 (the GtrStore k-hat / delta layout, 256 B rows). A Triton kernel sums, per (beam, head),
+its 5 ancestral rows of step 5 (depth j gathered at slot anc[5, r, b, j]) and writes the sum: 5 gathered rows read,
+one written, per (beam, head). Patterns: the real ancestry (lineage 'beam'), the identity (every slot = b: the same
+bytes, streamed) and the grid ordered heads-fastest. Reference: a torch copy of the same bytes."""
+import json
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+from artifact.ancestry import build
+from artifact.workload import make_workload
+
+
+@triton.jit
+def gather_sum(store_ptr, anc_ptr, out_ptr, R, W, H, T_CAP, STEP: tl.constexpr, BB: tl.constexpr, K: tl.constexpr,
+               HEADS_FAST: tl.constexpr):
+    if HEADS_FAST:
+        pid_rh = tl.program_id(0); pid_b = tl.program_id(1)
+        r = pid_rh // H; h = pid_rh % H
+    else:
+        pid_b = tl.program_id(0); pid_rh = tl.program_id(1)
+        r = pid_rh // H; h = pid_rh % H
+    offs_b = pid_b * BB + tl.arange(0, BB)
+    offs_k = tl.arange(0, K)
+    acc = tl.zeros([BB, K], dtype=tl.float32)
+    for j in tl.static_range(STEP):
+        slot = tl.load(anc_ptr + (r * W + offs_b) * T_CAP + j)
+        rec = (j * R + r) * W + slot
+        acc += tl.load(store_ptr + (rec * H + h).to(tl.int64)[:, None] * K + offs_k[None, :]).to(tl.float32)
+    tl.store(out_ptr + ((r * W + offs_b) * H + h).to(tl.int64)[:, None] * K + offs_k[None, :], acc.to(tl.bfloat16))
+
+
+
+def bench(fn) -> float:
+    """Median ms of `fn` captured in a CUDA graph (L2 flushed between replays by do_bench)."""
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        fn()
+    return triton.testing.do_bench(lambda: g.replay(), warmup=20, rep=100, return_mode="median")
+
+
+def main():
+    if not torch.cuda.is_available():
+        raise SystemExit("kernels.gather_bench needs a CUDA GPU (CPU timings are not performance)")
+    W, T, H, K, STEP = 512, 6, 16, 128, 5
+    out = {}
+    for R in (4, 16):
+        wl = make_workload("qwen3_5_0_8b", R, W, T, lineage="beam", seed=0, device="cpu", prompt_len=0)
+        anc = build(wl.parents)[STEP].contiguous().cuda()          # [R, W, T]
+        ident = torch.arange(W, dtype=torch.int32).view(1, W, 1).expand(R, W, T).contiguous().cuda()
+        store = torch.randn(T, R, W, H, K, device="cuda").to(torch.bfloat16)
+        o = torch.empty(R, W, H, K, device="cuda", dtype=torch.bfloat16)
+        distinct = sum(anc[r, :, j].unique().numel() for r in range(R) for j in range(STEP))
+        raw = STEP * R * W * H * K * 2 + R * W * H * K * 2          # rows read (with repeats) + rows written
+        for BB in (16, 32, 64):
+            for name, a in (("ancestry", anc), ("identity", ident)):
+                n_distinct = distinct if name == "ancestry" else STEP * R * W
+                comp = n_distinct * H * K * 2 + R * W * H * K * 2     # each distinct row once + rows written
+                for hf in (False, True):
+                    grid = (R * H, W // BB) if hf else (W // BB, R * H)
+                    ms = bench(lambda: gather_sum[grid](store, a, o, R, W, H, T, STEP=STEP, BB=BB, K=K, HEADS_FAST=hf,
+                                                        num_warps=4))
+                    key = f"R{R} BB{BB} {name} {'heads_fast' if hf else 'beams_fast'}"
+                    out[key] = ms
+                    print(f"{key:40s} {ms*1e3:7.1f} us  raw {raw/ms/1e9:6.2f} TB/s  distinct-rows {comp/ms/1e9:6.2f} TB/s",
+                          flush=True)
+        src = torch.empty(raw // 2, dtype=torch.bfloat16, device="cuda")
+        dst = torch.empty_like(src)
+        ms = bench(lambda: dst.copy_(src))
+        print(f"R{R} torch copy of the raw bytes: {ms*1e3:.1f} us ({2*raw/ms/1e9:.2f} TB/s r+w); distinct rows {distinct} of {STEP*R*W}",
+              flush=True)
+    with open(os.path.join(os.environ.get("OUT", "."), "gather_bw.json"), "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
