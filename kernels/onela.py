@@ -173,23 +173,27 @@ def _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b):
 
 @triton.jit
 def _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16: tl.constexpr, UPCAST: tl.constexpr, S_LO: tl.constexpr):
-    """u_q = q S^T and u_k = k S^T (raw q, k) against a split S tile: [BB, BV] each."""
-    if QK_BF16:     # S_LO: which products also take S's lo plane -- 2 both, 1 u_q only, 0 neither
-        u_q = _mm(q_in, s_hi_t, UPCAST)
-        if S_LO >= 1:
-            u_q += _mm(q_in, s_lo_t, UPCAST)
-        u_k = _mm(k_in, s_hi_t, UPCAST)
-        if S_LO == 2:
-            u_k += _mm(k_in, s_lo_t, UPCAST)
-    else:   # other input dtypes: split q, k too (three products each)
+    """u_q = q S^T and u_k = k S^T (raw q, k) against a split S tile: [BB, BV] each. S_LO says which products
+    also take S's lo plane: 2 both, 1 u_q only, 0 neither. Inputs other than bf16 are split too (bf16 part +
+    residual; the residual against S's hi plane only)."""
+    if QK_BF16:
+        qb = q_in
+        kb = k_in
+    else:
         qf = q_in.to(tl.float32)
         kf = k_in.to(tl.float32)
         qb = qf.to(tl.bfloat16)
         kb = kf.to(tl.bfloat16)
-        qr = (qf - qb.to(tl.float32)).to(tl.bfloat16)
-        kr = (kf - kb.to(tl.float32)).to(tl.bfloat16)
-        u_q = _mm(qb, s_hi_t, UPCAST) + _mm(qb, s_lo_t, UPCAST) + _mm(qr, s_hi_t, UPCAST)
-        u_k = _mm(kb, s_hi_t, UPCAST) + _mm(kb, s_lo_t, UPCAST) + _mm(kr, s_hi_t, UPCAST)
+    u_q = _mm(qb, s_hi_t, UPCAST)          # u_q's products, then u_k's: this order compiles to the fewest
+    if S_LO >= 1:                            # registers (u_k's interleaved spilled 120-192 bytes at K = 128)
+        u_q += _mm(qb, s_lo_t, UPCAST)
+    if not QK_BF16:
+        u_q += _mm((qf - qb.to(tl.float32)).to(tl.bfloat16), s_hi_t, UPCAST)
+    u_k = _mm(kb, s_hi_t, UPCAST)
+    if S_LO == 2:
+        u_k += _mm(kb, s_lo_t, UPCAST)
+    if not QK_BF16:
+        u_k += _mm((kf - kb.to(tl.float32)).to(tl.bfloat16), s_hi_t, UPCAST)
     return u_q, u_k
 
 

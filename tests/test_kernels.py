@@ -81,6 +81,13 @@ def test_onela_s_lo_drops_the_lo_plane_from_the_named_projections(device):
         assert torch.isfinite(out).all(), lo
         assert (out.double() - ref).abs().max().item() <= tol, lo
     assert not torch.equal(outs["q"], outs["qk"]) and not torch.equal(outs["none"], outs["q"])
+    # fp32 inputs (q, k split into bf16 hi + residual too) honour s_lo the same way
+    wl32 = make_workload(geo, R, W, T, lineage="beam", seed=9, device=device, prompt_len=16, dtype=torch.float32)
+    ref32 = fullstate_decode(wl32, torch.float64)
+    tol32 = (GPU_REL_TOL if device == "cuda" else CPU_REL_TOL) * ref32.abs().max().item()
+    for lo in ("q", "none"):
+        out = _run(OneLAStepper, wl32, torch.float32, {"s_lo": lo})[1]
+        assert (out.double() - ref32).abs().max().item() <= tol32, lo
 
 
 @pytest.mark.parametrize("cfg", [{"beam_iters": 2}, {"beam_iters": 3, "loop_max_step": 0},
