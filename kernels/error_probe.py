@@ -1,29 +1,21 @@
 """Max |o - o_FP32 FullState| of OneLA launch configs on operator-suite shapes, no timing:
 `python -m kernels.error_probe GEOMETRY[,GEOMETRY...]` (GPU). Checks a precision key (s_lo) on the suite's
 worst-error shapes -- R=16 and R=8 at W=512, R=16 at W=256, T=2..6, the suite's workloads -- before a full
-operator re-run (results/kernels/err_check_slo_*.log). Each output buffer is NaN-poisoned first."""
+operator re-run (results/kernels/err_check_slo_*.log), through the suite's own gate (`check_and_time`: the
+captured graph replayed into a NaN-poisoned output)."""
 from __future__ import annotations
 
 import sys
 
 import torch
 
+from artifact.measure import DEFAULT_TOLERANCE, check_and_time
 from artifact.reference import fullstate_decode
 from artifact.workload import make_workload
-from kernels.onela import OneLAStepper
+from kernels.bench import _ConfiguredOneLA
 
 CONFIGS = {"default": {}, "lo_q": {"s_lo": "q"}, "lo_none": {"s_lo": "none"}}
 SHAPES = [(R, W, T) for R, W in ((16, 512), (8, 512), (16, 256)) for T in range(2, 7)]
-
-
-def max_error(wl, ref: torch.Tensor, config: dict) -> float:
-    geo = wl.geometry
-    st = OneLAStepper(geo, wl.R, wl.W, wl.T, wl.device, config)
-    st.reset(wl.s_ctx)
-    o = torch.full((wl.T, wl.R, wl.W, geo.hv, geo.v), float("nan"), dtype=torch.bfloat16, device=wl.device)
-    for t in range(wl.T):
-        st.step(t, wl.q[t], wl.k[t], wl.v[t], wl.g[t], wl.beta[t], wl.parents[t], o[t])
-    return (o.double() - ref).abs().max().item()      # NaN (an unwritten element) propagates
 
 
 def main(argv: list[str]) -> int:
@@ -36,8 +28,9 @@ def main(argv: list[str]) -> int:
     for geo in argv[0].split(","):
         for R, W, T in SHAPES:
             wl = make_workload(geo, R, W, T, lineage="beam", seed=0, device="cuda")
-            ref = fullstate_decode(wl).double()
-            errs = {name: max_error(wl, ref, cfg) for name, cfg in CONFIGS.items()}
+            ref = fullstate_decode(wl)
+            errs = {name: check_and_time(_ConfiguredOneLA(cfg), wl, ref, DEFAULT_TOLERANCE,
+                                         time_it=False).max_abs_err for name, cfg in CONFIGS.items()}
             print(geo, R, W, T, f"max|o|={ref.abs().max().item():.3f}",
                   " ".join(f"{k}={v:.3e}" for k, v in errs.items()), flush=True)
             del wl, ref

@@ -22,12 +22,10 @@ from artifact.workload import make_workload
 @triton.jit
 def gather_sum(store_ptr, anc_ptr, out_ptr, R, W, H, T_CAP, STEP: tl.constexpr, BB: tl.constexpr, K: tl.constexpr,
                HEADS_FAST: tl.constexpr):
-    if HEADS_FAST:
-        pid_rh = tl.program_id(0); pid_b = tl.program_id(1)
-        r = pid_rh // H; h = pid_rh % H
-    else:
-        pid_b = tl.program_id(0); pid_rh = tl.program_id(1)
-        r = pid_rh // H; h = pid_rh % H
+    pid_rh = tl.program_id(0 if HEADS_FAST else 1)
+    pid_b = tl.program_id(1 if HEADS_FAST else 0)
+    r = pid_rh // H
+    h = pid_rh % H
     offs_b = pid_b * BB + tl.arange(0, BB)
     offs_k = tl.arange(0, K)
     acc = tl.zeros([BB, K], dtype=tl.float32)
@@ -36,7 +34,6 @@ def gather_sum(store_ptr, anc_ptr, out_ptr, R, W, H, T_CAP, STEP: tl.constexpr, 
         rec = (j * R + r) * W + slot
         acc += tl.load(store_ptr + (rec * H + h).to(tl.int64)[:, None] * K + offs_k[None, :]).to(tl.float32)
     tl.store(out_ptr + ((r * W + offs_b) * H + h).to(tl.int64)[:, None] * K + offs_k[None, :], acc.to(tl.bfloat16))
-
 
 
 def bench(fn) -> float:
