@@ -108,7 +108,7 @@ def _label(cfg: dict, K: int) -> str:
     tile = [cfg.get("BB", "-"), cfg.get("BV", "-"), f"w{cfg.get('num_warps', '-')}"]
     text = fused + (",".join(map(str, tile)) if {"BB", "BV", "num_warps"} & set(cfg) else "")
     text += f",BK{cfg['BK']},s{cfg.get('k_stages', 1)}" if cfg.get("BK", K) < K else ""
-    text += f",it{cfg['beam_iters']}" if cfg.get("beam_iters", 1) > 1 else ""
+    text += f",it{cfg['beam_iters']}" if "beam_iters" in cfg else ""
     text += f",ls{cfg['loop_stages']}" if cfg.get("loop_stages", 1) > 1 else ""
     text += f",upto{cfg['loop_max_step']}" if "loop_max_step" in cfg else ""
     text += f",rs{cfg['replay_stages']}" if "replay_stages" in cfg else ""
@@ -116,6 +116,8 @@ def _label(cfg: dict, K: int) -> str:
     text += "" if cfg.get("pdl_next_step", True) else ",nonext"
     text += {True: ",qkfirst", False: ",splitfirst"}.get(cfg.get("qk_first"), "")
     text += f",lo_{cfg['s_lo']}" if "s_lo" in cfg else ""
+    text += ",oneacc" if cfg.get("one_acc") else ""
+    text += f",nreg{cfg['maxnreg']}" if cfg.get("maxnreg") else ""
     return text.strip(",")
 
 
