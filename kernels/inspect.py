@@ -63,7 +63,7 @@ def compile_kernel(name: str, const: dict, opts: dict) -> dict:
         sig[arg] = _PTR.get(arg, "i32")
         if arg != "T_CAP":
             attrs[(i,)] = [["tt.divisibility", 16]]
-    options = {k: v for k, v in opts.items() if k in ("num_warps", "num_stages", "maxnreg")}
+    options = {k: v for k, v in opts.items() if k in ("num_warps", "num_stages")}
     ck = triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=options)
     cubin = ck.asm["cubin"]
     usage = _cuobjdump(cubin, "--dump-resource-usage")

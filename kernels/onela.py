@@ -42,14 +42,6 @@ def _mm(a, b, UPCAST: tl.constexpr):
 
 
 @triton.jit
-def _mm_acc(a, b, acc, UPCAST: tl.constexpr):
-    """acc + a @ b, accumulated in place (one live accumulator)."""
-    if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc)
-    return tl.dot(a, b, acc)
-
-
-@triton.jit
 def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HK, T_CAP, offs_b, mask_b,
               khat_mask, K: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
               PDL: tl.constexpr):
@@ -206,78 +198,6 @@ def _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16: tl.constexpr, UPCAST: tl.const
 
 
 @triton.jit
-def _proj_acc(x_in, s_hi_t, s_lo_t, acc, USE_LO: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
-    """acc + x S^T for raw x [BB, K] against the split S tile, into the one accumulator (ONE_ACC)."""
-    if QK_BF16:
-        xb = x_in
-    else:
-        xf = x_in.to(tl.float32)
-        xb = xf.to(tl.bfloat16)
-    acc = _mm_acc(xb, s_hi_t, acc, UPCAST)
-    if USE_LO:
-        acc = _mm_acc(xb, s_lo_t, acc, UPCAST)
-    if not QK_BF16:
-        acc = _mm_acc((xf - xb.to(tl.float32)).to(tl.bfloat16), s_hi_t, acc, UPCAST)
-    return acc
-
-
-@triton.jit
-def _replay_acc(acc, j, COL: tl.constexpr, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP, plane, offs_v,
-                mask_b, V: tl.constexpr):
-    """acc += coef[COL + 2j] * delta_j, delta_j gathered through the ancestry row (ONE_ACC: COL 4 is u_k's
-    coefficient, 3 u_q's)."""
-    slot = tl.load(anc_ptr + rw * T_CAP + j, mask=mask_b, other=0)
-    rec = (j * R + r) * W + slot
-    d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
-                  mask=mask_b[:, None], other=0.0).to(tl.float32)
-    return acc + tl.load(cbase + (COL + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
-
-
-@triton.jit
-def _one_acc_tile(q_ptr, k_ptr, v_ptr, beta_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr, qk_row, s_hi_t, s_lo_t,
-                  r, hv, R, W, HV, T_CAP, offs_b, mask_b, offs_v, sv_r, sv_w, sv_h,
-                  BB: tl.constexpr, BV: tl.constexpr, K: tl.constexpr, V: tl.constexpr, STEP: tl.constexpr,
-                  REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr, PDL: tl.constexpr,
-                  S_LO: tl.constexpr):
-    """One beam tile with a single [BB, BV] fp32 accumulator instead of u_q's and u_k's (config one_acc, stop
-    20; BK == K only). u_k first: acc = ck0 k S^T + sum_j ck_j delta_j, delta_t = beta (v - acc), stored. Then
-    the same registers become o: acc = kq delta_t + sum_j cq_j delta_j (the ancestral rows gathered again, now
-    L1 / L2 hits), and q S^T is accumulated into acc / cq0 before scaling back by cq0 -- so o = cq0 q S^T +
-    sum_j cq_j delta_j + kq delta_t, the same terms as the two-accumulator path, without a second live
-    accumulator. cq0 is clamped at 1e-30 (a smaller cq0 would contribute under 1e-30 |q S^T|)."""
-    offs_k = tl.arange(0, K)
-    rw = r * W + offs_b
-    plane = R * HV * W
-    cbase = coef_ptr + (r * HV + hv) * W + offs_b
-    k_in = tl.load(k_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
-    acc = _proj_acc(k_in, s_hi_t, s_lo_t, tl.zeros([BB, BV], dtype=tl.float32), S_LO == 2, QK_BF16, UPCAST)
-    if PDL == 1:
-        tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
-    acc = acc * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
-    for j in tl.range(0, STEP, num_stages=REPLAY_STAGES):
-        acc = _replay_acc(acc, j, 4, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP, plane, offs_v,
-                          mask_b, V)
-    gb_off = rw * HV + hv
-    beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
-    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
-                mask=mask_b[:, None], other=0.0).to(tl.float32)
-    delta = beta[:, None] * (v - acc)
-    rec_t = (STEP * R + r) * W + offs_b
-    tl.store(delta_ptr + (rec_t * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
-             delta.to(delta_ptr.dtype.element_ty), mask=mask_b[:, None])
-    acc = delta * tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)[:, None]
-    for j in tl.range(0, STEP, num_stages=REPLAY_STAGES):
-        acc = _replay_acc(acc, j, 3, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP, plane, offs_v,
-                          mask_b, V)
-    cq0 = tl.maximum(tl.load(cbase, mask=mask_b, other=0.0), 1e-30)
-    acc = acc * (1.0 / cq0)[:, None]
-    q_in = tl.load(q_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
-    acc = _proj_acc(q_in, s_hi_t, s_lo_t, acc, S_LO >= 1, QK_BF16, UPCAST) * cq0[:, None]
-    tl.store(out_ptr + gb_off.to(tl.int64)[:, None] * V + offs_v[None, :], acc.to(out_ptr.dtype.element_ty),
-             mask=mask_b[:, None])
-
-
-@triton.jit
 def _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K: tl.constexpr, BB: tl.constexpr,
                  BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
                  QK_BF16: tl.constexpr, UPCAST: tl.constexpr, S_LO: tl.constexpr):
@@ -371,7 +291,7 @@ def _onela_main_kernel(
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
-    UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr, S_LO: tl.constexpr, ONE_ACC: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr, S_LO: tl.constexpr,
 ):
     """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
     tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
@@ -392,30 +312,25 @@ def _onela_main_kernel(
         mask_b = offs_b < W
         rw = r * W + offs_b
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
-        if ONE_ACC:
-            _one_acc_tile(q_ptr, k_ptr, v_ptr, beta_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr, qk_row, s_hi_t,
-                          s_lo_t, r, hv, R, W, HV, T_CAP, offs_b, mask_b, offs_v, sv_r, sv_w, sv_h, BB, BV, K, V,
-                          STEP, REPLAY_STAGES, QK_BF16, UPCAST, PDL, S_LO)
-        else:
-            u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
-                                    K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_LO)
-            if PDL == 1:
-                tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
-            cbase = coef_ptr + (r * HV + hv) * W + offs_b
-            u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
-            u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
-            kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
-            if REPLAY_STAGES == 0:      # unrolled: every depth's gather can be issued at once (registers permitting)
-                for j in tl.static_range(STEP):
-                    u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
-                                             plane, offs_v, mask_b, V)
-            else:                       # a loop: one depth's rows live at a time, the next prefetched (REPLAY_STAGES)
-                for j in tl.range(0, STEP, num_stages=REPLAY_STAGES):
-                    u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
-                                             plane, offs_v, mask_b, V)
+        u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
+                                K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_LO)
+        if PDL == 1:
+            tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
+        cbase = coef_ptr + (r * HV + hv) * W + offs_b
+        u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
+        u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
+        kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
+        if REPLAY_STAGES == 0:      # unrolled: every depth's gather can be issued at once (registers permitting)
+            for j in tl.static_range(STEP):
+                u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
+                                         plane, offs_v, mask_b, V)
+        else:                       # a loop: one depth's rows live at a time, the next prefetched (REPLAY_STAGES)
+            for j in tl.range(0, STEP, num_stages=REPLAY_STAGES):
+                u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
+                                         plane, offs_v, mask_b, V)
 
-            _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b,
-                        offs_v, sv_r, sv_w, sv_h, V, STEP)
+        _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b,
+                    offs_v, sv_r, sv_w, sv_h, V, STEP)
 
 
 @triton.jit
@@ -521,8 +436,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": 1, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": min(bb, 32) if K <= 128 else 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
-            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": K > 128, "s_lo": "qk" if K <= 128 else "q",
-            "one_acc": False, "maxnreg": None}
+            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": K > 128, "s_lo": "qk" if K <= 128 else "q"}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane
@@ -550,8 +464,7 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
                  ALPHA_TILE=bool(cfg["prep_alpha_tile"])),
             {"num_warps": cfg["prep_warps"], "launch_pdl": bool(pdl)})
     main = (main_grid, {**shared, "REPLAY_STAGES": cfg["replay_stages"], "PDL": pdl,
-                        "PDL_NEXT": bool(cfg["pdl_next_step"]), "ONE_ACC": bool(cfg["one_acc"])},
-            {**opts, "launch_pdl": bool(pdl), **({"maxnreg": cfg["maxnreg"]} if cfg["maxnreg"] else {})})
+                        "PDL_NEXT": bool(cfg["pdl_next_step"])}, {**opts, "launch_pdl": bool(pdl)})
     return {"prep": prep, "main": main}
 
 
@@ -576,9 +489,6 @@ class OneLAStepper(Stepper):
         if self.config["s_lo"] not in _S_LO:
             raise ValueError(f"onela: s_lo={self.config['s_lo']!r} unknown; one of {sorted(_S_LO)}")
         bv, bk = self.config["BV"], self.config["BK"]
-        if self.config["one_acc"] and (bk != geometry.k or self.config["fused"]):
-            raise ValueError(f"onela: one_acc needs the one-tile projection of the two-launch kernel (BK == K = "
-                             f"{geometry.k}, fused False), got BK={bk}, fused={self.config['fused']}")
         if geometry.v % bv or geometry.k % bk:
             raise ValueError(f"onela: tiles BV={bv}, BK={bk} must divide V={geometry.v}, K={geometry.k}")
         self.coef = None if self.config["fused"] else \
