@@ -116,8 +116,6 @@ def _label(cfg: dict, K: int) -> str:
     text += "" if cfg.get("pdl_next_step", True) else ",nonext"
     text += {True: ",qkfirst", False: ",splitfirst"}.get(cfg.get("qk_first"), "")
     text += f",lo_{cfg['s_lo']}" if "s_lo" in cfg else ""
-    text += ",oneacc" if cfg.get("one_acc") else ""
-    text += f",nreg{cfg['maxnreg']}" if cfg.get("maxnreg") else ""
     return text.strip(",")
 
 
