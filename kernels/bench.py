@@ -85,7 +85,7 @@ def tune_configs(K: int) -> list[dict]:
     out = [{"BB": bb, "BV": bv, "num_warps": nw, "BK": K, "k_stages": 1} for bb, bv, nw in tiles]
     out += [{"fused": True, "BB": bb, "BV": bv, "num_warps": nw} for bb, bv, nw in fused]   # v6: one launch
     # the prep kernel: beam tile x the ancestral alphas as one gather (atile, stop 18) or depth by depth (chain),
-    # each pair but the default's (K <= 128: 32 beams, chain; K = 256: 16, atile)
+    # each pair but the default (16 beams, atile since stop 20)
     default = launch_config(K, K, 512)
     out += [{"BB_PREP": bbp, "prep_alpha_tile": at} for bbp in (16, 32, 64) for at in (False, True)
             if (bbp, at) != (default["BB_PREP"], default["prep_alpha_tile"])]

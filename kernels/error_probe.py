@@ -14,7 +14,7 @@ from artifact.reference import fullstate_decode
 from artifact.workload import make_workload
 from kernels.bench import _ConfiguredOneLA
 
-CONFIGS = {"default": {}, "lo_q": {"s_lo": "q"}, "lo_none": {"s_lo": "none"}}
+CONFIGS = {"lo_qk": {"s_lo": "qk"}, "lo_q": {"s_lo": "q"}, "lo_none": {"s_lo": "none"}}   # not tied to the default
 SHAPES = [(R, W, T) for R, W in ((16, 512), (8, 512), (16, 256)) for T in range(2, 7)]
 
 

@@ -419,11 +419,12 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     body is the same), 1 when it runs one (the wait after that tile's projections, which then overlap too; at
     K = 256 there is no S tile to overlap). Measured in kernels/NOTES.md (v8). qk_first (K-chunked): each
     chunk issues its q, k loads before its S load and split -- 17-20 % faster at K = 256 than the other order
-    (stop 18). K > 128's prep kernel: 16-beam tiles with the ancestral alphas in one gather (prep_alpha_tile;
-    at 32 beams its [BB, K] k-hat rows spill past step 3): 3-5 % off O=7 at K = 256, within 1 % at K = 128.
+    (stop 18). The prep kernel: 16-beam tiles with the ancestral alphas in one gather (prep_alpha_tile; at 32
+    beams its [BB, K] k-hat rows spill past step 3 at K = 256): 3-5 % off O=7 at K = 256 (stop 18).
     s_lo (stop 19): which projections also take S's bf16 lo plane. K > 128: u_q only ("q"; u_k against S rounded to
-    bf16): 5-8 % faster on both K = 256 geometries with the same max error; K <= 128 keeps both ("qk") until its
-    operator rows are re-run (kernels/NOTES.md)."""
+    bf16): 5-8 % faster on both K = 256 geometries with the same max error. K <= 128: neither ("none"), with the
+    prep kernel above: 3-13 % faster on five K = 128 geometries, max error unchanged on 67 of 76 worst-error
+    shapes and 0.93-1.08x on the rest (adopted at stop 20; kernels/NOTES.md)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 else 64
@@ -435,8 +436,8 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
         iters *= 2
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": 1, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
-            "BB_PREP": min(bb, 32) if K <= 128 else 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
-            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": K > 128, "s_lo": "qk" if K <= 128 else "q"}
+            "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
+            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q"}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane

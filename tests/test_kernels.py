@@ -69,9 +69,9 @@ def test_onela_k_chunked_projection_is_the_same_math(bk, stages, device):
 def test_onela_s_lo_drops_the_lo_plane_from_the_named_projections(device):
     """s_lo "q" projects u_k against S_ctx rounded to bf16, "none" both projections: each moves the outputs off
     the two-plane ("qk") ones and off each other -- the key is live -- and stays within the fp64 reference's
-    bound. The K > 128 default is "q", K <= 128 keeps "qk" (kernels/NOTES.md, stop 19)."""
+    bound. The K > 128 default is "q", K <= 128's "none" (kernels/NOTES.md, stops 19 and 20)."""
     from kernels.onela import launch_config
-    assert launch_config(128, 128, 512)["s_lo"] == "qk" and launch_config(256, 256, 512)["s_lo"] == "q"
+    assert launch_config(128, 128, 512)["s_lo"] == "none" and launch_config(256, 256, 512)["s_lo"] == "q"
     geo, R, W, T = SMALL[1]
     wl = make_workload(geo, R, W, T, lineage="beam", seed=9, device=device, prompt_len=16)
     ref = fullstate_decode(wl, torch.float64)
@@ -153,7 +153,7 @@ def test_onela_prep_alpha_tile_gives_the_depth_chain_coefficients(lineage, devic
         wl = make_workload(geo, R, W, T, lineage=lineage, seed=R * 5 + W, device=device, prompt_len=16)
         for bbp in (16, 32):
             (st0, out0), (st1, out1) = (_run(OneLAStepper, wl, torch.float32, {"BB_PREP": bbp, **c})
-                                        for c in ({}, {"prep_alpha_tile": True}))
+                                        for c in ({"prep_alpha_tile": False}, {"prep_alpha_tile": True}))
             assert torch.isfinite(out1).all(), "an output element was never written (poisoned NaN survived)"
             n = 3 + 2 * (T - 1)       # the last step's columns: P inv_q, P inv_k, k-hat . q-hat, two per depth
             assert torch.equal(st1.coef[:n], st0.coef[:n]), (geo, R, W, T, bbp)
