@@ -27,16 +27,13 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from artifact.workload import get_geometry
-from kernels.onela import (_beam_order_kernel, _onela_fused_kernel, _onela_main_kernel, _onela_prep_kernel,
-                           launch_config, step_launches)
+from kernels.onela import _onela_fused_kernel, _onela_main_kernel, _onela_prep_kernel, launch_config, step_launches
 
-KERNELS = {"prep": _onela_prep_kernel, "main": _onela_main_kernel, "fused": _onela_fused_kernel,
-           "order": _beam_order_kernel}
+KERNELS = {"prep": _onela_prep_kernel, "main": _onela_main_kernel, "fused": _onela_fused_kernel}
 # runtime (non-constexpr) arguments: pointer dtype, or "i32"; T_CAP is the only int not 16-divisible in general
 _PTR = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "out_ptr": "*bf16", "delta_ptr": "*bf16",
         "khat_ptr": "*bf16", "beta_ptr": "*fp32", "g_ptr": "*fp32", "s_ptr": "*fp32", "coef_ptr": "*fp32",
-        "alpha_ptr": "*fp32", "anc_ptr": "*i32", "par_ptr": "*i32", "order_ptr": "*i32", "rank_prev_ptr": "*i32", "rank_next_ptr": "*i32",
-        "anc_prev_ptr": "*i32", "anc_next_ptr": "*i32"}
+        "alpha_ptr": "*fp32", "anc_ptr": "*i32", "par_ptr": "*i32", "anc_prev_ptr": "*i32", "anc_next_ptr": "*i32"}
 _ORDER = re.compile(r"\b(LDGSTS|LDG|STG|HGMMA|F2FP|F2F|BAR\.SYNC|LDS|STS)\b")
 
 

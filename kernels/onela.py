@@ -83,37 +83,12 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W
 
 
 @triton.jit
-def _beam_order_kernel(par_ptr, rank_prev_ptr, rank_next_ptr, order_ptr, W, WP: tl.constexpr, STEP: tl.constexpr,
-                       PDL: tl.constexpr):
-    """Config beam_order (stop 20): step STEP's beams of request r in depth-first order of the beam tree --
-    sorted by their parent's rank in the previous step's order (stable), so siblings and cousins are adjacent
-    and a tile's ancestral gathers repeat rows (one memory transaction per distinct row) instead of missing.
-    order[r, i] is the beam the kernels handle at position i; rank is its inverse, kept for the next step."""
-    if PDL:
-        tl_cuda.gdc_launch_dependents()
-    r = tl.program_id(0)
-    offs = tl.arange(0, WP)
-    m = offs < W
-    par = tl.load(par_ptr + r * W + offs, mask=m, other=0)
-    if PDL:
-        tl_cuda.gdc_wait()                 # the previous step's order (rank_prev) is written
-    if STEP == 1:
-        key = par                          # step 0's order is the identity
-    else:
-        key = tl.load(rank_prev_ptr + r * W + par, mask=m, other=0)
-    packed = tl.where(m, key * WP + offs, WP * WP)       # (parent's rank, beam): unique, padding last
-    order = tl.sort(packed) % WP
-    tl.store(order_ptr + r * W + offs, order, mask=m)
-    tl.store(rank_next_ptr + r * W + order, offs, mask=m)
-
-
-@triton.jit
 def _onela_prep_kernel(
-    q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr, order_ptr,
+    q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr,
     R, W, HV, HK, T_CAP,
     sq_r, sq_w, sq_h,
     K: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
-    PDL: tl.constexpr, ALPHA_TILE: tl.constexpr, ORDER: tl.constexpr,
+    PDL: tl.constexpr, ALPHA_TILE: tl.constexpr,
 ):
     """Everything of step STEP that lives on the key axis or is a per-beam scalar, once per key head.
 
@@ -131,10 +106,6 @@ def _onela_prep_kernel(
     hk = pid_rh % HK
     offs_b = pid_b * BB + tl.arange(0, BB)
     mask_b = offs_b < W
-    if ORDER:                          # positions -> beams (config beam_order)
-        if PDL:
-            tl_cuda.gdc_wait()         # this step's order is written
-        offs_b = tl.load(order_ptr + r * W + offs_b, mask=mask_b, other=0)
     offs_t = tl.arange(0, TP)
     rw = r * W + offs_b
     rec_t = (STEP * R + r) * W + offs_b
@@ -314,13 +285,13 @@ def _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T
 
 @triton.jit
 def _onela_main_kernel(
-    q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr, order_ptr,
+    q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr,
     R, W, HV, T_CAP,
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
-    UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr, S_LO: tl.constexpr, ORDER: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr, S_LO: tl.constexpr,
 ):
     """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
     tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
@@ -339,10 +310,6 @@ def _onela_main_kernel(
     for it in tl.range(0, BEAM_ITERS, num_stages=LOOP_STAGES):
         offs_b = (pid_b * BEAM_ITERS + it) * BB + tl.arange(0, BB)
         mask_b = offs_b < W
-        if ORDER:                      # positions -> beams (config beam_order), written two launches back
-            if PDL == 1:
-                tl_cuda.gdc_wait()
-            offs_b = tl.load(order_ptr + r * W + offs_b, mask=mask_b, other=0)
         rw = r * W + offs_b
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
         u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
@@ -470,8 +437,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": 1, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
-            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
-            "beam_order": False}
+            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q"}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane
@@ -494,18 +460,13 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
     if cfg["fused"]:
         return {"fused": (main_grid, {**shared, "TP": tp}, opts)}
     pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
-    order = bool(cfg["beam_order"]) and t > 0      # step 0 has no ancestry to gather: identity order
     prep = ((triton.cdiv(W, cfg["BB_PREP"]), R * geo.hk),
             dict(K=geo.k, G=geo.group, STEP=t, TP=tp, BB=cfg["BB_PREP"], PDL=pdl,
-                 ALPHA_TILE=bool(cfg["prep_alpha_tile"]), ORDER=order),
+                 ALPHA_TILE=bool(cfg["prep_alpha_tile"])),
             {"num_warps": cfg["prep_warps"], "launch_pdl": bool(pdl)})
     main = (main_grid, {**shared, "REPLAY_STAGES": cfg["replay_stages"], "PDL": pdl,
-                        "PDL_NEXT": bool(cfg["pdl_next_step"]), "ORDER": order}, {**opts, "launch_pdl": bool(pdl)})
-    out = {"prep": prep, "main": main}
-    if order:
-        out = {"order": ((R,), dict(WP=triton.next_power_of_2(W), STEP=t, PDL=pdl),
-                         {"num_warps": 4, "launch_pdl": bool(pdl)}), **out}
-    return out
+                        "PDL_NEXT": bool(cfg["pdl_next_step"])}, {**opts, "launch_pdl": bool(pdl)})
+    return {"prep": prep, "main": main}
 
 
 class OneLAStepper(Stepper):
@@ -531,11 +492,6 @@ class OneLAStepper(Stepper):
         bv, bk = self.config["BV"], self.config["BK"]
         if geometry.v % bv or geometry.k % bk:
             raise ValueError(f"onela: tiles BV={bv}, BK={bk} must divide V={geometry.v}, K={geometry.k}")
-        if self.config["beam_order"] and self.config["fused"]:
-            raise ValueError("onela: beam_order needs the two-launch kernels (fused False)")
-        # beam_order: positions -> beams of this step, and each beam's position (ping-pong, read next step)
-        self.order = torch.zeros(R, W, dtype=torch.int32, device=device)
-        self.rank = torch.zeros(2, R, W, dtype=torch.int32, device=device)
         self.coef = None if self.config["fused"] else \
             torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
         self.kernel_info: dict = {}     # kernel name -> (registers, spilled 4-byte registers) of its last compile
@@ -560,18 +516,14 @@ class OneLAStepper(Stepper):
                 q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
             self._note_kernel("fused", kern)
             return out
-        if "order" in launches:
-            grid, const, opts = launches["order"]
-            _beam_order_kernel[grid](parents, self.rank[(t - 1) % 2], self.rank[t % 2], self.order, W,
-                                     **const, **opts)
         grid, const, opts = launches["prep"]
         kern = _onela_prep_kernel[grid](
-            q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef, self.order,
+            q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,
             R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2), **const, **opts)
         self._note_kernel("prep", kern)
         grid, const, opts = launches["main"]
         kern = _onela_main_kernel[grid](
-            q, k, v, beta, self.s_ctx, anc_cur, self.coef, self.store.delta, out, self.order,
+            q, k, v, beta, self.s_ctx, anc_cur, self.coef, self.store.delta, out,
             R, W, geo.hv, self.T,
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
         self._note_kernel("main", kern)
