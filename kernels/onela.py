@@ -8,9 +8,10 @@ Two launches per decode step (kernels/NOTES.md, v4):
   record, and the suffix products of the ancestral alphas, as a small coefficient table.
 - `_onela_main_kernel`, one program per (BV tile of V, beam_iters beam tiles, request x value head): loads the
   S_ctx[r, hv][BV, K] tile once and uses it for every beam of its tiles (v7) -- u_q = q S^T and u_k = k S^T are
-  [BB, K] x [K, BV] tensor-core products (bf16 q, k against S split into bf16 hi + lo: fp32-level accuracy at
-  the bf16 rate; kernels/NOTES.md says why not tf32; config s_lo drops the lo plane from u_k, the K > 128
-  default, or from both) -- then replays the ancestral GTRs in closed form,
+  [BB, K] x [K, BV] tensor-core products of bf16 q, k against S in bf16 (config s_lo: S may also be split into
+  bf16 hi + lo for either product, fp32-level accuracy at twice the MMAs; the defaults use the lo plane for u_q
+  at K > 128 and for neither at K <= 128, measured within the error bound; kernels/NOTES.md says why not tf32)
+  -- then replays the ancestral GTRs in closed form,
   u = P u0 + sum_j c_j delta_j, each delta_j gathered through the ancestry row independently of the others,
   forms delta_t and o_t, and appends delta_t.
 Only the new GTR (alpha fp32, delta bf16, k-hat bf16) is written; no per-beam [V, K] state ever is.
