@@ -147,9 +147,9 @@ def run_cells(cfg, cells: list[dict], ctx) -> Iterator[dict]:
 def private_inductor_cache() -> str:
     """Give this process its own, empty Inductor cache (TORCHINDUCTOR_CACHE_DIR) unless one is set, so every
     compiled kernel's launch config is autotuned in this run, never read from what another run (another code
-    version, or a concurrent run on the other GPU) left in the shared default cache. Hygiene, not a proven fix:
-    OneLA's conv-with-gather kernel ran at 102 us per call (Inductor's untuned config) instead of 29 in some
-    runs that shared the default cache, but a later pair sharing one got 29 us too (results/README.md, stop 18)."""
+    version, or a concurrent run on the other GPU) left in the shared default cache. Hygiene only: the step-0
+    conv's 29-or-102 us per call is Inductor's autotune choosing between two configs on noisy first-call
+    timings in every process, cache or not (results/full_model_inductor_conv/autotune_log/, stop 20)."""
     import os
     import tempfile
 

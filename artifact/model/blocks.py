@@ -25,8 +25,8 @@ def conv_gates(x, hist: list, conv_w, a, b, A_log, dt_bias, mixed_out, g_out, be
     """GDN: silu(causal conv) of q|k|v into mixed_out; log-decay and beta into g_out / beta_out. `hist` is
     ConvHistory.history's list: ancestral inputs are gathered here, inside the (compiled) conv."""
     # x is read first. Stop 16 credited the order for Inductor's fused conv kernel taking 30 us per call instead of
-    # 102; stop 18 saw the same code take either (102 us is Inductor's untuned launch config: pointwise autotuning
-    # off gives it every time), so the order is likely not what mattered (results/full_model_inductor_conv/).
+    # 102; the step-0 conv's speed is Inductor's autotune pick between two launch configs on noisy first-call
+    # timings (stop 20, results/full_model_inductor_conv/autotune_log/), not the order.
     causal_conv_step(hist, x, conv_w, out=mixed_out, read=window)
     g, beta = gdn_gates(a, b, A_log, dt_bias)
     g_out.copy_(g)
