@@ -86,6 +86,55 @@ def git_commit() -> str:
         return os.environ.get("ONELA_GIT_COMMIT", "unknown")
 
 
+SOURCE_DIRS = ("artifact", "kernels", "baselines", "sweeps")
+_ROOT = Path(__file__).resolve().parent.parent
+
+
+def _digest(items) -> str:
+    h = hashlib.sha256()
+    for path, data in items:
+        h.update(path.encode() + b"\0" + hashlib.sha256(data).digest())
+    return h.hexdigest()
+
+
+def source_digest(root: str | os.PathLike = _ROOT) -> str:
+    """sha256 over the project's Python sources as they are on disk (path and bytes of every *.py under
+    SOURCE_DIRS, sorted): the code that produced a record. GPU machines get a copy of the tree without .git, so
+    their git_commit is whatever ONELA_GIT_COMMIT says; `python -m artifact.results verify ENV.json` checks it
+    against this digest (a typed or stale hash, or uncommitted code, shows up as a mismatch)."""
+    root = Path(root)
+    files = sorted(p.relative_to(root).as_posix() for d in SOURCE_DIRS for p in (root / d).rglob("*.py"))
+    return _digest((f, (root / f).read_bytes()) for f in files)
+
+
+def source_digest_at(commit: str, root: str | os.PathLike = _ROOT) -> str:
+    """source_digest of the tree committed as `commit` (read from git, not the working tree)."""
+    def git(*args) -> bytes:
+        return subprocess.run(["git", *args], capture_output=True, check=True, cwd=root, timeout=60).stdout
+    names = git("ls-tree", "-r", "--name-only", commit, "--", *SOURCE_DIRS).decode().splitlines()
+    files = sorted(n for n in names if n.endswith(".py"))
+    return _digest((f, git("show", f"{commit}:{f}")) for f in files)
+
+
+def verify_env(path: str | os.PathLike, root: str | os.PathLike = _ROOT) -> tuple[bool | None, str]:
+    """(True / False / None, message): does env record `path`'s source_sha256 match its git_commit's sources?
+    None when the record predates the digest or names no usable commit."""
+    rec = json.loads(Path(path).read_text())
+    commit, digest = str(rec.get("git_commit", "")).split("+")[0], rec.get("source_sha256")
+    if not digest:
+        return None, "no source_sha256 (recorded before stop 20)"
+    if not commit or commit == "unknown":
+        return None, f"git_commit {rec.get('git_commit')!r} names no commit"
+    try:
+        want = source_digest_at(commit, root)
+    except (OSError, subprocess.SubprocessError) as e:
+        return None, f"cannot read commit {commit!r} here: {' '.join(str(e).split())[:120]}"
+    if want == digest:
+        return True, f"sources match {commit[:12]}"
+    return False, (f"sources do NOT match git_commit {commit[:12]}: the run's code differs from that commit "
+                   f"(a mistyped ONELA_GIT_COMMIT, or uncommitted changes)")
+
+
 def _version(mod: str) -> str:
     try:
         from importlib.metadata import version
@@ -102,6 +151,7 @@ def env_record(extra: dict | None = None) -> dict:
         "host": platform.node(), "python": platform.python_version(),
         "torch": torch.__version__, "triton": _version("triton"), "cuda": torch.version.cuda,
         "git_commit": os.environ.get("ONELA_GIT_COMMIT") or git_commit(),
+        "source_sha256": source_digest(),
         "packages": {p: _version(p) for p in ("vllm", "sglang", "flashinfer-python", "tensorrt_llm",
                                               "hydra-core", "numpy", "pandas")},
     }
@@ -127,3 +177,22 @@ def write_env(path: str | os.PathLike, extra: dict | None = None) -> dict:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(rec, indent=2, default=str) + "\n")
     return rec
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m artifact.results verify ENV.json [...]`: check each env record's sources against its commit."""
+    import sys
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) < 2 or argv[0] != "verify":
+        print("usage: python -m artifact.results verify ENV.json [ENV.json ...]", file=sys.stderr)
+        return 2
+    bad = 0
+    for p in argv[1:]:
+        ok, msg = verify_env(p)
+        bad += ok is False
+        print(f"{'ok' if ok else 'MISMATCH' if ok is False else 'unchecked'}  {p}: {msg}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
