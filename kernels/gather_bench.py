@@ -65,17 +65,17 @@ def main():
                 comp = n_distinct * H * K * 2 + R * W * H * K * 2     # each distinct row once + rows written
                 for hf in (False, True):
                     grid = (R * H, W // BB) if hf else (W // BB, R * H)
-                    ms = bench(lambda: gather_sum[grid](store, a, o, R, W, H, T, STEP=STEP, BB=BB, K=K, HEADS_FAST=hf,
-                                                        num_warps=4))
+                    ms = bench(lambda: gather_sum[grid](store, a, o, R, W, H, T, STEP=STEP, BB=BB, K=K,
+                                                        HEADS_FAST=hf, num_warps=4))
                     key = f"R{R} BB{BB} {name} {'heads_fast' if hf else 'beams_fast'}"
                     out[key] = ms
-                    print(f"{key:40s} {ms*1e3:7.1f} us  raw {raw/ms/1e9:6.2f} TB/s  distinct-rows {comp/ms/1e9:6.2f} TB/s",
-                          flush=True)
+                    print(f"{key:40s} {ms*1e3:7.1f} us  raw {raw/ms/1e9:6.2f} TB/s  "
+                          f"distinct-rows {comp/ms/1e9:6.2f} TB/s", flush=True)
         src = torch.empty(raw // 2, dtype=torch.bfloat16, device="cuda")
         dst = torch.empty_like(src)
         ms = bench(lambda: dst.copy_(src))
-        print(f"R{R} torch copy of the raw bytes: {ms*1e3:.1f} us ({2*raw/ms/1e9:.2f} TB/s r+w); distinct rows {distinct} of {STEP*R*W}",
-              flush=True)
+        print(f"R{R} torch copy of the raw bytes: {ms*1e3:.1f} us ({2*raw/ms/1e9:.2f} TB/s r+w); "
+              f"distinct rows {distinct} of {STEP*R*W}", flush=True)
     with open(os.path.join(os.environ.get("OUT", "."), "gather_bw.json"), "w") as f:
         json.dump(out, f, indent=1)
 

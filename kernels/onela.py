@@ -155,7 +155,8 @@ def _onela_prep_kernel(
 def _s_split(s_ptr, s_row, offs_k, S_LO: tl.constexpr):
     """S[rows, offs_k] (fp32) split into bf16 hi + lo (16 significant bits), transposed for the dots. bf16 q, k
     are exact in bf16, so two bf16 products give S q to about fp32 accuracy at the bf16 rate (tf32 would round S
-    to 11 bits: kernels/NOTES.md)."""
+    to 11 bits: kernels/NOTES.md). S_LO == 0: no product takes the lo plane, so it is not formed (hi returned
+    twice)."""
     s_tile = tl.load(s_ptr + s_row[:, None] + offs_k[None, :])                  # [BV, BK] fp32
     s_hi = s_tile.to(tl.bfloat16)
     if S_LO == 0:   # no projection uses the lo plane (config s_lo "none")

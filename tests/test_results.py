@@ -10,8 +10,9 @@ from artifact.results import main, source_digest, source_digest_at, verify_env
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
 
 
-def _git(root, *args):
-    subprocess.run(["git", *args], cwd=root, check=True, capture_output=True)
+def _git(root, *args) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=root, check=True,
+                          capture_output=True, text=True).stdout.strip()
 
 
 @pytest.fixture
@@ -22,16 +23,15 @@ def repo(tmp_path):
         (tmp_path / d / "m.py").write_text(text)
     (tmp_path / "notes.md").write_text("not a source\n")
     _git(tmp_path, "init", "-q")
-    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "add", "-A")
-    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one")
-    first = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
+    _git(tmp_path, "add", "-A")
+    _git(tmp_path, "commit", "-qm", "one")
+    first = _git(tmp_path, "rev-parse", "HEAD")
     (tmp_path / "kernels" / "m.py").write_text("K = 2\n")
-    _git(tmp_path, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "two")
-    second = subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path, capture_output=True, text=True).stdout.strip()
-    return tmp_path, first, second
+    _git(tmp_path, "commit", "-qam", "two")
+    return tmp_path, first, _git(tmp_path, "rev-parse", "HEAD")
 
 
-def test_source_digest_names_the_commit_that_ran(repo, tmp_path_factory):
+def test_source_digest_names_the_commit_that_ran(repo):
     """The working tree's digest equals its commit's and no other's; editing a source, or adding one, changes
     it; a file outside the source folders does not."""
     root, first, second = repo
@@ -43,7 +43,7 @@ def test_source_digest_names_the_commit_that_ran(repo, tmp_path_factory):
     assert source_digest(root) != here
 
 
-def test_verify_env_catches_a_mistyped_commit(repo, tmp_path, capsys):
+def test_verify_env_catches_a_mistyped_commit(repo, tmp_path):
     """A record whose git_commit is another commit (as a mistyped ONELA_GIT_COMMIT gives) is a MISMATCH and
     the command exits 1; the right commit verifies; an old record without a digest is reported unchecked."""
     root, first, second = repo
