@@ -21,16 +21,17 @@ def norm_proj(x, ln, w, eps: float):
     return rms_norm(x, ln, eps) @ w.t()
 
 
-def conv_gates(x, hist: list, conv_w, a, b, A_log, dt_bias, mixed_out, g_out, beta_out):
-    """GDN: silu(causal conv) of q|k|v into mixed_out; log-decay and beta into g_out / beta_out. `hist` is
-    ConvHistory.history's list: ancestral inputs are gathered here, inside the (compiled) conv."""
-    # x is read first. Stop 16 credited the order for Inductor's fused conv kernel taking 30 us per call instead of
-    # 102; the step-0 conv's speed is Inductor's autotune pick between two launch configs on noisy first-call
-    # timings (stop 20, results/full_model_inductor_conv/autotune_log/), not the order.
-    causal_conv_step(hist, x, conv_w, out=mixed_out, read=window)
+def conv_gates(x, hist: list, conv_w, a, b, A_log, dt_bias):
+    """GDN: (silu(causal conv) of q|k|v, log-decay g, beta), each a fresh tensor. `hist` is ConvHistory.history's
+    list: ancestral inputs are gathered here, inside the (compiled) conv.
+
+    Fresh outputs, not writes into the decoder's per-step buffers: Inductor's autotune benchmarks a kernel that
+    mutates an argument with a clone of that argument inside the timed call, which made the step-0 conv's two
+    launch configs (29 and 102 us per call) time alike at 137-267 us, so each process picked one at random
+    (stop 20, results/full_model_inductor_conv/autotune_log/). Nothing is mutated here, so nothing is cloned."""
+    mixed = causal_conv_step(hist, x, conv_w, read=window)
     g, beta = gdn_gates(a, b, A_log, dt_bias)
-    g_out.copy_(g)
-    beta_out.copy_(beta)
+    return mixed, g, beta
 
 
 def gdn_post(o, z, norm_w, x, out_w, ln2, gate_up, down, eps: float):

@@ -10,8 +10,9 @@ norm -> LM head logits) and is what a CUDA graph captures, one graph per t (stat
 the steppers to the prompt state. Beam selection (log-softmax + global top-W) runs between calls, outside the
 graphs and outside the timed region.
 
-Each GDN layer's stepper reads its inputs from, and writes its output to, per-step static buffers
-(`gdn_io[i]`: conv output q|k|v, g, beta, o, each [T, ...]). The forward writes these values once either way;
+Each GDN layer keeps one slot per step of its stepper's inputs and output (`gdn_io[i]`): the conv's q|k|v, g
+and beta as the conv returned them (in a graph-replayed decode the graph's own output tensors, rewritten by each
+replay) and o, a static [T, ...] buffer the stepper writes. The forward writes these values once either way;
 keeping one slot per step means a finished decode -- graph-replayed or eager -- still holds every stepper's
 inputs and outputs, which `artifact.model.check` compares against the FP32 FullState reference and the
 recurrent-share timer replays through the steppers alone.
@@ -58,9 +59,9 @@ class BeamDecoder:
         self.conv = [ConvHistory(self.tree, cfg.conv_dim, cfg.linear_conv_kernel_dim, dt, dev)
                      for _ in cfg.gdn_layers]
         self.kv = [KvHistory(self.tree, cfg.num_key_value_heads, cfg.head_dim, dt, dev) for _ in cfg.attn_layers]
-        self.gdn_io = [{"mixed": torch.zeros(T, R, W, cfg.conv_dim, dtype=dt, device=dev),
-                        "g": torch.zeros(T, R, W, geo.hv, device=dev),
-                        "beta": torch.zeros(T, R, W, geo.hv, device=dev),
+        # per step: the conv's q|k|v, g and beta as DecodeOps.conv_gates returned them (in a captured decode, the
+        # graph's own output tensors), and the stepper's output buffer o [T, ...]
+        self.gdn_io = [{"mixed": [None] * T, "g": [None] * T, "beta": [None] * T,
                         "out": torch.zeros(T, R, W, geo.hv, geo.v, dtype=dt, device=dev)} for _ in cfg.gdn_layers]
         self.tokens = torch.zeros(R, W, dtype=torch.long, device=dev)
         self.hidden = torch.zeros(T, R, W, cfg.hidden_size, dtype=dt, device=dev)
@@ -129,10 +130,10 @@ class BeamDecoder:
         io = self.gdn_io[i]
         qkv, z, b, a = m.split_gdn_proj(ops.norm_proj(x, layer["ln1"], layer["in_proj"], cfg.rms_norm_eps))
         hist = self.conv[i].history(t, qkv)
-        ops.conv_gates(qkv, hist, layer["conv"], a, b, layer["A_log"], layer["dt_bias"], io["mixed"][t],
-                       io["g"][t], io["beta"][t])
-        q, k, v = self.split_qkv(io["mixed"][t])
-        out = self.steppers[i].step(t, q, k, v, io["g"][t], io["beta"][t], self.tree.parents, io["out"][t])
+        mixed, g, beta = ops.conv_gates(qkv, hist, layer["conv"], a, b, layer["A_log"], layer["dt_bias"])
+        io["mixed"][t], io["g"][t], io["beta"][t] = mixed, g, beta      # kept for the check and the stepper timer
+        q, k, v = self.split_qkv(mixed)
+        out = self.steppers[i].step(t, q, k, v, g, beta, self.tree.parents, io["out"][t])
         z = z.unflatten(-1, (cfg.linear_num_value_heads, cfg.linear_value_head_dim))
         return ops.gdn_post(out, z, layer["norm"], x, layer["out_proj"], layer["ln2"], layer["gate_up"],
                             layer["down"], cfg.rms_norm_eps)
