@@ -116,7 +116,6 @@ def _label(cfg: dict, K: int) -> str:
     text += "" if cfg.get("pdl_next_step", True) else ",nonext"
     text += {True: ",qkfirst", False: ",splitfirst"}.get(cfg.get("qk_first"), "")
     text += f",lo_{cfg['s_lo']}" if "s_lo" in cfg else ""
-    text += f",early{cfg['early_loads']}" if cfg.get("early_loads") is not None else ""
     return text.strip(",")
 
 

@@ -240,30 +240,15 @@ def _s_tile(s_ptr, s_row, K: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, S
 
 
 @triton.jit
-def _coefs(cbase, plane, mask_b):
-    """The beam tile's coefficient columns 0-2 (module docstring): the projections' scales and k-hat . q-hat."""
-    c_q = tl.load(cbase, mask=mask_b, other=0.0)
-    c_k = tl.load(cbase + plane, mask=mask_b, other=0.0)
-    kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
-    return c_q, c_k, kq_t
-
-
-@triton.jit
-def _v_beta(v_ptr, beta_ptr, r, hv, W, HV, offs_b, mask_b, offs_v, sv_r, sv_w, sv_h):
-    """The beam tile's v [BB, BV] (as stored) and beta [BB]."""
-    beta = tl.load(beta_ptr + (r * W + offs_b) * HV + hv, mask=mask_b, other=0.0)
-    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
-                mask=mask_b[:, None], other=0.0)
-    return v, beta
-
-
-@triton.jit
-def _write_step(u_q, u_k, kq_t, v, beta, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b, offs_v,
-                V: tl.constexpr, STEP: tl.constexpr):
+def _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b, offs_v,
+                sv_r, sv_w, sv_h, V: tl.constexpr, STEP: tl.constexpr):
     """delta_t = beta (v - u_k) and o_t = u_q + delta_t (k-hat . q-hat) from the replayed projections; stores
     o_t and appends delta_t as the new GTR's value part (written once)."""
     gb_off = (r * W + offs_b) * HV + hv
-    delta = beta[:, None] * (v.to(tl.float32) - u_k)
+    beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
+    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
+                mask=mask_b[:, None], other=0.0).to(tl.float32)
+    delta = beta[:, None] * (v - u_k)
     o = u_q + delta * kq_t[:, None]
     row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
     tl.store(out_ptr + row_v, o.to(out_ptr.dtype.element_ty), mask=mask_b[:, None])
@@ -309,7 +294,6 @@ def _onela_main_kernel(
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
     UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr, S_LO: tl.constexpr,
-    EARLY_LOADS: tl.constexpr,
 ):
     """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
     tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
@@ -317,9 +301,7 @@ def _onela_main_kernel(
     tile's projections -- reads of this step's inputs only -- overlap the prep kernel; the wait comes before
     the first read of what prep writes. PDL_NEXT lets the next launch (the next step's prep) start early too:
     its q, k loads then overlap this kernel's tail, which needs the next step's inputs ready -- true in the
-    operator benchmark, not in a model decode, where the layers between steps produce them. EARLY_LOADS
-    (config early_loads) issues a beam tile's v, beta and coefficient loads with its q, k loads instead of
-    where they are used."""
+    operator benchmark, not in a model decode, where the layers between steps produce them."""
     if PDL and PDL_NEXT:
         tl_cuda.gdc_launch_dependents()     # the next step's prep may start its q, k loads meanwhile
     pid_b = tl.program_id(1)
@@ -332,22 +314,14 @@ def _onela_main_kernel(
         mask_b = offs_b < W
         rw = r * W + offs_b
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
-        if EARLY_LOADS:             # the epilogue's operands in flight with q, k; prep's coefficients too unless
-            v, beta = _v_beta(v_ptr, beta_ptr, r, hv, W, HV, offs_b, mask_b, offs_v, sv_r, sv_w, sv_h)
-            if PDL != 1:            # the wait for prep comes after the projections (PDL 1)
-                c_q, c_k, kq_t = _coefs(coef_ptr + (r * HV + hv) * W + offs_b, plane, mask_b)
         u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
                                 K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_LO)
         if PDL == 1:
             tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
         cbase = coef_ptr + (r * HV + hv) * W + offs_b
-        if EARLY_LOADS and PDL != 1:
-            u_q = u_q * c_q[:, None]
-            u_k = u_k * c_k[:, None]
-        else:
-            u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
-            u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
-            kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
+        u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
+        u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
+        kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
         if REPLAY_STAGES == 0:      # unrolled: every depth's gather can be issued at once (registers permitting)
             for j in tl.static_range(STEP):
                 u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
@@ -356,10 +330,9 @@ def _onela_main_kernel(
             for j in tl.range(0, STEP, num_stages=REPLAY_STAGES):
                 u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
                                          plane, offs_v, mask_b, V)
-        if not EARLY_LOADS:
-            v, beta = _v_beta(v_ptr, beta_ptr, r, hv, W, HV, offs_b, mask_b, offs_v, sv_r, sv_w, sv_h)
-            v = v.to(tl.float32)
-        _write_step(u_q, u_k, kq_t, v, beta, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b, offs_v, V, STEP)
+
+        _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b,
+                    offs_v, sv_r, sv_w, sv_h, V, STEP)
 
 
 @triton.jit
@@ -421,8 +394,8 @@ def _onela_fused_kernel(
             u_q += tl.sum(tl.where(col, cq, 0.0), axis=1)[:, None] * d_j
             u_k += tl.sum(tl.where(col, ck, 0.0), axis=1)[:, None] * d_j
 
-        v, beta = _v_beta(v_ptr, beta_ptr, r, hv, W, HV, offs_b, mask_b, offs_v, sv_r, sv_w, sv_h)
-        _write_step(u_q, u_k, kq_t, v, beta, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b, offs_v, V, STEP)
+        _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b,
+                    offs_v, sv_r, sv_w, sv_h, V, STEP)
 
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -466,8 +439,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": 1, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
-            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
-            "early_loads": None}
+            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q"}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane
@@ -494,10 +466,8 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
             dict(K=geo.k, G=geo.group, STEP=t, TP=tp, BB=cfg["BB_PREP"], PDL=pdl,
                  ALPHA_TILE=bool(cfg["prep_alpha_tile"])),
             {"num_warps": cfg["prep_warps"], "launch_pdl": bool(pdl)})
-    early = cfg["early_loads"] is not None and t <= cfg["early_loads"]     # None: never; s: at steps <= s
     main = (main_grid, {**shared, "REPLAY_STAGES": cfg["replay_stages"], "PDL": pdl,
-                        "PDL_NEXT": bool(cfg["pdl_next_step"]), "EARLY_LOADS": early},
-            {**opts, "launch_pdl": bool(pdl)})
+                        "PDL_NEXT": bool(cfg["pdl_next_step"])}, {**opts, "launch_pdl": bool(pdl)})
     return {"prep": prep, "main": main}
 
 

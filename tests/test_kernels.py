@@ -92,13 +92,11 @@ def test_onela_s_lo_drops_the_lo_plane_from_the_named_projections(device):
 
 @pytest.mark.parametrize("cfg", [{"beam_iters": 2}, {"beam_iters": 3, "loop_max_step": 0},
                                  {"beam_iters": 2, "loop_stages": 2, "fused": True},
-                                 {"beam_iters": 2, "replay_stages": 2}, {"replay_stages": 1},
-                                 {"beam_iters": 2, "early_loads": 9}, {"early_loads": 0, "pdl": 1}])
+                                 {"beam_iters": 2, "replay_stages": 2}, {"replay_stages": 1}])
 def test_onela_beam_loop_gives_the_one_tile_per_program_outputs(cfg, device):
     """A program running several beam tiles (config beam_iters, the S tile split once for all of them; up to
     step loop_max_step) writes the same outputs and ancestry rows, partial last tiles and idle iterations
-    included (W=20 or 19 at BB=16); so does the replay as a loop over depths (replay_stages), and so do the
-    epilogue's loads issued with q, k (early_loads)."""
+    included (W=20 or 19 at BB=16); so does the replay as a loop over depths (replay_stages)."""
     for geo, R, W, T in (SMALL[1], SMALL[3]):
         wl = make_workload(geo, R, W, T, lineage="beam", seed=R * 7 + W, device=device, prompt_len=16)
         (st0, out0), (st1, out1) = (_run(OneLAStepper, wl, torch.float32, {"BB": 16, "beam_iters": 1, **c})
