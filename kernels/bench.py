@@ -116,6 +116,7 @@ def _label(cfg: dict, K: int) -> str:
     text += "" if cfg.get("pdl_next_step", True) else ",nonext"
     text += {True: ",qkfirst", False: ",splitfirst"}.get(cfg.get("qk_first"), "")
     text += f",lo_{cfg['s_lo']}" if "s_lo" in cfg else ""
+    text += ",fuse0" if cfg.get("fuse_step0") else ""
     return text.strip(",")
 
 

@@ -286,14 +286,26 @@ def _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T
 
 
 @triton.jit
+def _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, offs_k, G: tl.constexpr,
+                   K: tl.constexpr):
+    """Step 0's records of the beam tile (record index = r * W + b): alpha_0 of value head hv and, from the
+    group's first value head, k-hat_0 of key head hk; written by the first V tile's program only."""
+    if tl.program_id(0) == 0:
+        tl.store(alpha_ptr + rw * HV + hv, alpha, mask=mask_b)
+        if hv % G == 0:
+            tl.store(khat_ptr + (rw * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
+                     (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=mask_b[:, None])
+
+
+@triton.jit
 def _onela_main_kernel(
-    q_ptr, k_ptr, v_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, delta_ptr, out_ptr,
-    R, W, HV, T_CAP,
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, alpha_ptr, khat_ptr, delta_ptr, out_ptr,
+    R, W, HV, HK, T_CAP,
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
-    UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr, S_LO: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr, S_LO: tl.constexpr, KEY_AXIS: tl.constexpr,
 ):
     """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
     tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
@@ -301,7 +313,11 @@ def _onela_main_kernel(
     tile's projections -- reads of this step's inputs only -- overlap the prep kernel; the wait comes before
     the first read of what prep writes. PDL_NEXT lets the next launch (the next step's prep) start early too:
     its q, k loads then overlap this kernel's tail, which needs the next step's inputs ready -- true in the
-    operator benchmark, not in a model decode, where the layers between steps produce them."""
+    operator benchmark, not in a model decode, where the layers between steps produce them.
+
+    KEY_AXIS (step 0 only, one S tile over all of K; config fuse_step0): the program also does the prep kernel's
+    step-0 work for its beams -- q, k norms and k-hat . q-hat from the q, k tile it loads for the projections,
+    alpha = exp(g), and the k-hat_0 and alpha_0 records -- so step 0 is one launch and q, k are read once."""
     if PDL and PDL_NEXT:
         tl_cuda.gdc_launch_dependents()     # the next step's prep may start its q, k loads meanwhile
     pid_b = tl.program_id(1)
@@ -314,14 +330,32 @@ def _onela_main_kernel(
         mask_b = offs_b < W
         rw = r * W + offs_b
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
-        u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
-                                K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_LO)
-        if PDL == 1:
-            tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
         cbase = coef_ptr + (r * HV + hv) * W + offs_b
-        u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
-        u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
-        kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
+        if KEY_AXIS:                # step 0's prep work, from the tile this program loads anyway (see above)
+            offs_k = tl.arange(0, K)
+            q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b)
+            qf = q_in.to(tl.float32)
+            kf = k_in.to(tl.float32)
+            inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)     # as _key_axis
+            inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)
+            kq_t = tl.sum(qf * kf, axis=1) * inv_q * inv_k
+            alpha = tl.exp(tl.load(g_ptr + rw * HV + hv, mask=mask_b, other=0.0))
+            if PDL != 1:            # already past the wait: the records go out before the dots (fewer live registers)
+                _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, offs_k, G, K)
+            u_q, u_k = _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16, UPCAST, S_LO)
+            if PDL == 1:
+                tl_cuda.gdc_wait()  # every store comes after the previous launch is done
+                _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, offs_k, G, K)
+            u_q = u_q * (alpha * inv_q)[:, None]
+            u_k = u_k * (alpha * inv_k)[:, None]
+        else:
+            u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
+                                    K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_LO)
+            if PDL == 1:
+                tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
+            u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
+            u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
+            kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
         if REPLAY_STAGES == 0:      # unrolled: every depth's gather can be issued at once (registers permitting)
             for j in tl.static_range(STEP):
                 u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
@@ -439,7 +473,8 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     return {"BB": bb, "BV": bv, "BK": bk, "k_stages": 1, "num_warps": 4, "num_stages": 1,
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
-            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q"}
+            "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
+            "fuse_step0": False}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane
@@ -466,9 +501,10 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
             dict(K=geo.k, G=geo.group, STEP=t, TP=tp, BB=cfg["BB_PREP"], PDL=pdl,
                  ALPHA_TILE=bool(cfg["prep_alpha_tile"])),
             {"num_warps": cfg["prep_warps"], "launch_pdl": bool(pdl)})
+    key_axis = bool(cfg["fuse_step0"]) and t == 0 and cfg["BK"] == geo.k     # step 0 in one launch
     main = (main_grid, {**shared, "REPLAY_STAGES": cfg["replay_stages"], "PDL": pdl,
-                        "PDL_NEXT": bool(cfg["pdl_next_step"])}, {**opts, "launch_pdl": bool(pdl)})
-    return {"prep": prep, "main": main}
+                        "PDL_NEXT": bool(cfg["pdl_next_step"]), "KEY_AXIS": key_axis}, {**opts, "launch_pdl": bool(pdl)})
+    return {"main": main} if key_axis else {"prep": prep, "main": main}
 
 
 class OneLAStepper(Stepper):
@@ -518,15 +554,16 @@ class OneLAStepper(Stepper):
                 q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
             self._note_kernel("fused", kern)
             return out
-        grid, const, opts = launches["prep"]
-        kern = _onela_prep_kernel[grid](
-            q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,
-            R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2), **const, **opts)
-        self._note_kernel("prep", kern)
+        if "prep" in launches:      # not at step 0 under fuse_step0 (the main kernel does its work)
+            grid, const, opts = launches["prep"]
+            kern = _onela_prep_kernel[grid](
+                q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,
+                R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2), **const, **opts)
+            self._note_kernel("prep", kern)
         grid, const, opts = launches["main"]
         kern = _onela_main_kernel[grid](
-            q, k, v, beta, self.s_ctx, anc_cur, self.coef, self.store.delta, out,
-            R, W, geo.hv, self.T,
+            q, k, v, g, beta, self.s_ctx, anc_cur, self.coef, self.store.alpha, self.store.khat, self.store.delta,
+            out, R, W, geo.hv, geo.hk, self.T,
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
         self._note_kernel("main", kern)
         return out

@@ -143,6 +143,28 @@ def test_onela_one_launch_kernel_gives_the_two_launch_outputs(lineage, device):
             assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("cfg", [{}, {"beam_iters": 2}, {"BV": 8}])
+def test_onela_step0_in_one_launch_gives_the_two_launch_outputs(cfg, device):
+    """Config fuse_step0 (the main kernel does step 0's key-axis work: norms, k-hat . q-hat, alpha, the k-hat_0
+    and alpha_0 records; no prep launch at step 0) writes the two-launch kernel's outputs, GTRs and ancestry on
+    every small shape (HV = 4 HK: only the group's first value head writes k-hat; T = 1), with a beam loop and
+    with two V tiles (only the first V tile's program writes records). Launches: one kernel at step 0."""
+    from kernels.onela import launch_config, step_launches
+    for geo, R, W, T in SMALL:
+        wl = make_workload(geo, R, W, T, lineage="beam", seed=R * 3 + W, device=device, prompt_len=16)
+        c = {"BB": 16, **cfg} if cfg.get("BV", geo.v) <= geo.v else {"BB": 16}
+        (st0, out0), (st1, out1) = (_run(OneLAStepper, wl, torch.float32, {**c, **f})
+                                    for f in ({}, {"fuse_step0": True}))
+        assert torch.isfinite(out1).all(), "an output element was never written (poisoned NaN survived)"
+        assert (out1 - out0).abs().max().item() <= 1e-5 * out0.abs().max().item(), (geo, R, W, T, cfg)
+        assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
+        for a, b in zip(st1.store.tensors(), st0.store.tensors()):
+            assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6), (geo, R, W, T, cfg)
+    fused = {**launch_config(128, 128, 512, 4, 16), "fuse_step0": True}
+    assert set(step_launches(fused, GEOMETRIES["qwen3_5_0_8b"], 4, 512, 0)) == {"main"}
+    assert set(step_launches(fused, GEOMETRIES["qwen3_5_0_8b"], 4, 512, 1)) == {"prep", "main"}
+
+
 @pytest.mark.parametrize("lineage", LINEAGES)
 def test_onela_prep_alpha_tile_gives_the_depth_chain_coefficients(lineage, device):
     """Config prep_alpha_tile (every depth's ancestral alpha gathered as one tile before the suffix products)
