@@ -117,6 +117,7 @@ def _label(cfg: dict, K: int) -> str:
     text += {True: ",qkfirst", False: ",splitfirst"}.get(cfg.get("qk_first"), "")
     text += f",lo_{cfg['s_lo']}" if "s_lo" in cfg else ""
     text += ",fuse0" if cfg.get("fuse_step0") else ""
+    text += f",pw{cfg['prep_warps']}" if "prep_warps" in cfg else ""
     return text.strip(",")
 
 
