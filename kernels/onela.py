@@ -460,7 +460,9 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     s_lo (stop 19): which projections also take S's bf16 lo plane. K > 128: u_q only ("q"; u_k against S rounded to
     bf16): 5-8 % faster on both K = 256 geometries with the same max error. K <= 128: neither ("none"), with the
     prep kernel above: 3-13 % faster on five K = 128 geometries, max error unchanged on 67 of 76 worst-error
-    shapes and 0.93-1.08x on the rest (adopted at stop 20; kernels/NOTES.md)."""
+    shapes and 0.93-1.08x on the rest (adopted at stop 20; kernels/NOTES.md). fuse_step0 (stop 21, wherever the
+    S tile spans K): step 0 is one launch, the main kernel doing the prep kernel's step-0 work -- 1.2-5.8 % faster
+    at the four Qwen3.5-0.8B cells in one run (kernels/NOTES.md)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 else 64
@@ -474,7 +476,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
-            "fuse_step0": False}
+            "fuse_step0": bk == K}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane

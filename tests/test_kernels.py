@@ -126,6 +126,8 @@ def test_onela_launch_config_beam_loop_rule():
     assert launch_config(256, 256, 512, 16, 16)["pdl"] == 1
     # stop 18: K-chunked projections issue a chunk's q, k loads before its S load and split
     assert launch_config(256, 256, 512, 16, 16)["qk_first"] and not launch_config(128, 128, 512, 4, 16)["qk_first"]
+    # stop 21: step 0 in one launch wherever the S tile spans K
+    assert launch_config(128, 128, 512, 4, 16)["fuse_step0"] and not launch_config(256, 256, 512, 16, 16)["fuse_step0"]
 
 
 @pytest.mark.parametrize("lineage", LINEAGES)
@@ -154,7 +156,7 @@ def test_onela_step0_in_one_launch_gives_the_two_launch_outputs(cfg, device):
         wl = make_workload(geo, R, W, T, lineage="beam", seed=R * 3 + W, device=device, prompt_len=16)
         c = {"BB": 16, **cfg} if cfg.get("BV", geo.v) <= geo.v else {"BB": 16}
         (st0, out0), (st1, out1) = (_run(OneLAStepper, wl, torch.float32, {**c, **f})
-                                    for f in ({}, {"fuse_step0": True}))
+                                    for f in ({"fuse_step0": False}, {"fuse_step0": True}))
         assert torch.isfinite(out1).all(), "an output element was never written (poisoned NaN survived)"
         assert (out1 - out0).abs().max().item() <= 1e-5 * out0.abs().max().item(), (geo, R, W, T, cfg)
         assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
