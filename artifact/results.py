@@ -121,6 +121,8 @@ def verify_env(path: str | os.PathLike, root: str | os.PathLike = _ROOT) -> tupl
     None when the record predates the digest or names no usable commit."""
     rec = json.loads(Path(path).read_text())
     commit, digest = str(rec.get("git_commit", "")).split("+")[0], rec.get("source_sha256")
+    if Path(path).name.count(".") > 1 and "git_commit" not in rec:      # RUN.wall.json, RUN.traffic.json
+        return None, "a side file of its run's env record, which carries the commit"
     if not digest:
         return None, "no source_sha256 (recorded before stop 20)"
     if not commit or commit == "unknown":

@@ -116,7 +116,7 @@ def _label(cfg: dict, K: int) -> str:
     text += "" if cfg.get("pdl_next_step", True) else ",nonext"
     text += {True: ",qkfirst", False: ",splitfirst"}.get(cfg.get("qk_first"), "")
     text += f",lo_{cfg['s_lo']}" if "s_lo" in cfg else ""
-    text += ",fuse0" if cfg.get("fuse_step0") else ""
+    text += {True: ",fuse0", False: ",nofuse0"}.get(cfg.get("fuse_step0"), "")
     text += f",pw{cfg['prep_warps']}" if "prep_warps" in cfg else ""
     return text.strip(",")
 

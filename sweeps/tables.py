@@ -150,8 +150,8 @@ def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple
     records (env/<run_id>.json, .wall.json) of every run whose rows came in are copied beside the table.
     A side table of the suite (<suite>_*.csv beside it, rows keyed by config_hash, e.g. full_model_recurrent.csv)
     follows its rows: the re-run's side rows of every folded config_hash replace the table's.
-    Returns {"replaced", "added", "kept", "runs", "orphaned"}: `orphaned` names the <suite> env records left
-    with no row (superseded runs; delete them, git keeps them)."""
+    Returns {"replaced", "added", "kept", "runs", "orphaned"}: `orphaned` names the <suite> env records (and
+    their side files) left with no row (superseded runs; delete them, git keeps them)."""
     results_dir, rerun_dir = Path(results_dir), Path(rerun_dir)
     target, source = results_dir / f"{suite}.csv", rerun_dir / f"{suite}.csv"
     for p in (target, source):
@@ -185,15 +185,13 @@ def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple
         raise ResultsFileError(f"{rerun_dir / 'env'} lacks the env record of run(s) {missing}; "
                                "a row is only kept beside its run's env record")
     (results_dir / "env").mkdir(exist_ok=True)
-    for run in sorted(runs):
-        for ext in (".json", ".wall.json"):
-            src = rerun_dir / "env" / f"{run}{ext}"
-            if src.exists():
-                _atomic_write_bytes(results_dir / "env" / src.name, src.read_bytes())
+    for run in sorted(runs):     # the record and its side files (.wall.json, the traffic suite's .traffic.json)
+        for src in sorted((rerun_dir / "env").glob(f"{run}.*json")):
+            _atomic_write_bytes(results_dir / "env" / src.name, src.read_bytes())
     for side_src in sorted(rerun_dir.glob(f"{suite}_*.csv")):
         _fold_side_table(results_dir / side_src.name, side_src, folded)
     write_rows(target, rows)
     live = {r["run_id"] for r in rows}
-    orphaned = sorted(f.name for f in (results_dir / "env").glob(f"{suite}-*.json")
-                      if not f.name.endswith(".wall.json") and f.name[:-len(".json")] not in live)
+    orphaned = sorted(f.name for f in (results_dir / "env").glob(f"{suite}-*.json")     # side files included
+                      if f.name.split(".", 1)[0] not in live)
     return {**counts, "runs": sorted(runs), "orphaned": orphaned}

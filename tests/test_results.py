@@ -59,6 +59,9 @@ def test_verify_env_catches_a_mistyped_commit(repo, tmp_path):
     missing = tmp_path / "missing.json"
     missing.write_text(json.dumps({"git_commit": "f" * 40, "source_sha256": digest}))
     assert verify_env(missing, root)[0] is None          # a commit this clone does not have: not a verdict
+    side = tmp_path / "run.traffic.json"                  # a run's side file: no commit of its own
+    side.write_text(json.dumps({"copy_bytes": 1}))
+    assert verify_env(side, root) == (None, "a side file of its run's env record, which carries the commit")
 
 
 def test_env_record_carries_the_digest_and_the_command_checks_it(tmp_path, capsys, monkeypatch):

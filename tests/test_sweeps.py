@@ -491,8 +491,11 @@ def test_fold_rerun_replaces_cells_keeps_named_paths_and_copies_env(tmp_path):
     keep = _row("h3", run_id="s-a") | {"path": "kept"}
     write_rows(res / "s.csv", [_row("h1", run_id="s-a"), _row("h2", run_id="s-old"), keep])
     (res / "env" / "s-old.json").write_text("{}")
+    (res / "env" / "s-old.traffic.json").write_text("{}")      # a side file (the traffic suite's calibrations)
+    (res / "env" / "s-a.traffic.json").write_text("{}")        # ... of a run that keeps rows: not orphaned
     (rerun / "env" / "s-b.json").write_text("{}")
     (rerun / "env" / "s-b.wall.json").write_text("{}")
+    (rerun / "env" / "s-b.traffic.json").write_text("{}")
     write_rows(rerun / "s.csv", [_row("h1", latency="5.0", run_id="s-a"),        # a copied table's old row
                                  _row("h2", latency="2.0", run_id="s-b"), _row("h4", run_id="s-b"),
                                  _row("h3", latency="7.0", run_id="s-b") | {"path": "kept"}])
@@ -506,10 +509,11 @@ def test_fold_rerun_replaces_cells_keeps_named_paths_and_copies_env(tmp_path):
         assert [(r["config_hash"], r["x"]) for r in csv.DictReader(f)] == \
             [("h1", "old"), ("h2", "new"), ("h3", "old"), ("h4", "new")]
     assert "1 row(s) replaced, 1 added, 1 of ['kept'] left" in p.stdout
-    assert "no row left: ['s-old.json']" in p.stdout
+    assert "no row left: ['s-old.json', 's-old.traffic.json']" in p.stdout
     rows = {r["config_hash"]: r for r in read_rows(res / "s.csv")}
     assert [rows[h]["latency_ms"] for h in ("h1", "h2", "h3", "h4")] == ["1.0", "2.0", "1.0", "1.0"]
-    assert sorted(f.name for f in (res / "env").iterdir()) == ["s-b.json", "s-b.wall.json", "s-old.json"]
+    assert sorted(f.name for f in (res / "env").iterdir()) == ["s-a.traffic.json", "s-b.json", "s-b.traffic.json",
+                                                               "s-b.wall.json", "s-old.json", "s-old.traffic.json"]
     assert fold_rerun(res, "s", rerun, ("kept",))["replaced"] == 0                      # idempotent
     (rerun / "env" / "s-b.json").unlink()
     write_rows(res / "s.csv", [_row("h1", run_id="s-a")])
