@@ -99,7 +99,7 @@ def main(argv=None) -> int:
         cmd = [sys.executable, "-m", "kernels.inspect", *(sys.argv[1:] if argv is None else argv)]
         return subprocess.run(cmd, env=env).returncode
     geo = get_geometry(args.geometry)
-    default = launch_config(geo.k, geo.v, args.W, args.R, geo.hv)
+    default = launch_config(geo.k, geo.v, args.W, args.R, geo.hv, G=geo.group)
     unknown = sorted(set(args.config) - set(default))
     if unknown:
         print(f"kernels.inspect: unknown launch config key(s) {unknown}", file=sys.stderr)

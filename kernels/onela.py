@@ -439,7 +439,7 @@ def _pow2(x: int) -> bool:
     return x >= 16 and (x & (x - 1)) == 0
 
 
-def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 132) -> dict:
+def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 132, G: int = 1) -> dict:
     """Tile sizes and warps of both kernels, from the H200 tuning sweeps of kernels/NOTES.md. K <= 128: BB=64,
     BV=128, 4 warps (fastest at all four R x O cells of K = V = 128). K = 256: BV=64 and the projection in
     K-chunks of 64, 1 stage (2 stages were 1.6-1.8x faster than one [BV, 256] tile at R=4 on both K = 256
@@ -460,9 +460,11 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     s_lo (stop 19): which projections also take S's bf16 lo plane. K > 128: u_q only ("q"; u_k against S rounded to
     bf16): 5-8 % faster on both K = 256 geometries with the same max error. K <= 128: neither ("none"), with the
     prep kernel above: 3-13 % faster on five K = 128 geometries, max error unchanged on 67 of 76 worst-error
-    shapes and 0.93-1.08x on the rest (adopted at stop 20; kernels/NOTES.md). fuse_step0 (stop 21, wherever the
-    S tile spans K): step 0 is one launch, the main kernel doing the prep kernel's step-0 work -- 1.2-5.8 % faster
-    at the four Qwen3.5-0.8B cells in one run (kernels/NOTES.md)."""
+    shapes and 0.93-1.08x on the rest (adopted at stop 20; kernels/NOTES.md). fuse_step0 (stop 21, where the S tile
+    spans K and a key head has at most G = 2 value heads): step 0 is one launch, the main kernel doing the prep
+    kernel's step-0 work -- 1.2-6.0 % faster at the four Qwen3.5-0.8B cells in one run; with G = 4 (qwen3_5_397b,
+    range_hk4_hv16) the operator rows ran up to 7 % slower than two launches', so G > 2 keeps them
+    (kernels/NOTES.md)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 else 64
@@ -476,7 +478,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
-            "fuse_step0": bk == K}
+            "fuse_step0": bk == K and G <= 2}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane
@@ -522,7 +524,7 @@ class OneLAStepper(Stepper):
         self.anc = torch.zeros(2, R, W, T, dtype=torch.int32, device=device)
         n_sm = torch.cuda.get_device_properties(self.device).multi_processor_count \
             if self.device.type == "cuda" else 132
-        default = launch_config(geometry.k, geometry.v, W, R, geometry.hv, n_sm)
+        default = launch_config(geometry.k, geometry.v, W, R, geometry.hv, n_sm, geometry.group)
         self.config = {**default, **(config or {})}                                   # tiles, fixed per decode
         unknown = sorted(set(self.config) - set(default))
         if unknown:

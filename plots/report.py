@@ -63,7 +63,8 @@ def _frameworks(rec: dict) -> str:
     """Installed framework versions, else the version whose kernel modules the run's baseline pack held."""
     pk = rec.get("packages", {})
     packed = {}
-    for fw in (rec.get("baseline_pack") or {}).get("frameworks", []):
+    pack = rec.get("baseline_pack")
+    for fw in (pack if isinstance(pack, dict) else {}).get("frameworks", []):    # a str: why no pack was read
         name, _, ver = fw.get("requirement", "").partition("==")
         packed[name] = ver
     out = []

@@ -126,8 +126,10 @@ def test_onela_launch_config_beam_loop_rule():
     assert launch_config(256, 256, 512, 16, 16)["pdl"] == 1
     # stop 18: K-chunked projections issue a chunk's q, k loads before its S load and split
     assert launch_config(256, 256, 512, 16, 16)["qk_first"] and not launch_config(128, 128, 512, 4, 16)["qk_first"]
-    # stop 21: step 0 in one launch wherever the S tile spans K
-    assert launch_config(128, 128, 512, 4, 16)["fuse_step0"] and not launch_config(256, 256, 512, 16, 16)["fuse_step0"]
+    # stop 21: step 0 in one launch where the S tile spans K and a key head has at most 2 value heads
+    assert launch_config(128, 128, 512, 4, 16)["fuse_step0"] and launch_config(128, 128, 512, 4, 32, G=2)["fuse_step0"]
+    assert not launch_config(256, 256, 512, 16, 16)["fuse_step0"]
+    assert not launch_config(128, 256, 512, 4, 16, G=4)["fuse_step0"]
 
 
 @pytest.mark.parametrize("lineage", LINEAGES)
