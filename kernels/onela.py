@@ -1,6 +1,6 @@
 """OneLA's fused shared-context decode kernel (paper §3.4) and the `onela` path.
 
-Two launches per decode step (kernels/NOTES.md, v4):
+Two launches per decode step (kernels/NOTES.md, v4; one at step 0 by default, below):
 - `_onela_prep_kernel`, once per (request, key head, beam tile): everything on the key axis and every per-beam
   scalar -- L2 norms (with the K^-1/2 scale), k-hat_t and alpha_t = exp(g) of the new GTR, beam b's ancestry
   row (read at row parent(b) of the previous table, written to the other of two ping-pong tables: a gather
@@ -18,6 +18,8 @@ Only the new GTR (alpha fp32, delta bf16, k-hat bf16) is written; no per-beam [V
 v8: the replay is a pipelined loop over depths, and both kernels use programmatic dependent launch (Hopper):
 each reads only its step's inputs before `griddepcontrol.wait` and everything earlier launches wrote after it,
 so a launch's S tile load and split (or first projections) overlap the previous launch's tail.
+Stop 21 (config fuse_step0, K <= 128 with at most 2 value heads per key head): step 0 has nothing to replay, so
+the main kernel does the prep kernel's step-0 work from the q, k tile it loads anyway, and step 0 is one launch.
 """
 from __future__ import annotations
 
