@@ -46,6 +46,15 @@ def _mm(a, b, UPCAST: tl.constexpr):
 
 
 @triton.jit
+def _norms(qf, kf, K: tl.constexpr):
+    """(inv_q, inv_k, k-hat . q-hat) of fp32 q, k rows [BB, K]: q-hat = q * inv_q (with the K^-1/2 scale),
+    k-hat = k * inv_k, eps as fla's l2norm. One definition for the prep kernel and the one-launch step 0."""
+    inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)
+    inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)
+    return inv_q, inv_k, tl.sum(qf * kf, axis=1) * inv_q * inv_k
+
+
+@triton.jit
 def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HK, T_CAP, offs_b, mask_b,
               khat_mask, K: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
               PDL: tl.constexpr):
@@ -59,9 +68,7 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W
     qk_off = qk_row[:, None] + offs_k[None, :]
     qf = tl.load(q_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
     kf = tl.load(k_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
-    inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)      # q-hat = q * inv_q (eps as fla's l2norm)
-    inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)                    # k-hat = k * inv_k
-    kq_t = tl.sum(qf * kf, axis=1) * inv_q * inv_k
+    inv_q, inv_k, kq_t = _norms(qf, kf, K)
     if PDL:
         tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
     rec_t = (STEP * R + r) * W + offs_b
@@ -370,9 +377,7 @@ def _onela_main_kernel(
             q_in, k_in = _qk_tile(q_ptr, k_ptr, qk_row, offs_k, mask_b, r, b0, hk, TMA, BB, K)
             qf = q_in.to(tl.float32)
             kf = k_in.to(tl.float32)
-            inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)     # as _key_axis
-            inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)
-            kq_t = tl.sum(qf * kf, axis=1) * inv_q * inv_k
+            inv_q, inv_k, kq_t = _norms(qf, kf, K)
             alpha = tl.exp(tl.load(g_ptr + rw * HV + hv, mask=mask_b, other=0.0))
             if PDL != 1:            # already past the wait: the records go out before the dots (fewer live registers)
                 _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, offs_k, G, K)
