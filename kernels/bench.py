@@ -119,7 +119,6 @@ def _label(cfg: dict, K: int) -> str:
     text += {True: ",fuse0", False: ",nofuse0"}.get(cfg.get("fuse_step0"), "")
     text += f",pw{cfg['prep_warps']}" if "prep_warps" in cfg else ""
     text += ",tma" if cfg.get("tma") else ""
-    text += ",fuserep" if cfg.get("fuse_replay") else ""
     return text.strip(",")
 
 

@@ -320,77 +320,6 @@ def _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T
 
 
 @triton.jit
-def _replay_coefs(q_in, k_in, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, cbase, plane, rw, r,
-                  hv, hk, R, W, HV, HK, T_CAP, offs_b, mask_b, K: tl.constexpr, G: tl.constexpr,
-                  STEP: tl.constexpr, TP: tl.constexpr, REPLAY_STAGES: tl.constexpr):
-    """The prep kernel's work of step STEP >= 1 for this program's beam tile (config fuse_replay), from the raw
-    q, k tile it loads for the projections anyway: norms, k-hat . q-hat, alpha_t, the new records (alpha_t and
-    beam b's ancestry row by the first V tile's program, k-hat_t by the group's first value head), and the
-    replay coefficients, written to this program's own columns of the coefficient table (the prep kernel's
-    layout) and read back after a barrier. No [BB, TP] table is held in registers (Triton gives such a tile
-    the [BB, K] tiles' layout, replicated 16x: 64 registers each) -- depth j's slot comes from the parent's
-    ancestry row, its k-hat and alpha gathers run as a pipelined loop from the deepest record up (the suffix
-    product alpha_t prod_{i>j} alpha_i then needs no table either). Returns (par, kq_t). Must run after the PDL
-    wait: it reads the store and the ancestry."""
-    offs_k = tl.arange(0, K)
-    offs_t = tl.arange(0, TP)
-    inv_q, inv_k, kq_t = _norms(q_in.to(tl.float32), k_in.to(tl.float32), K)
-    alpha = tl.exp(tl.load(g_ptr + rw * HV + hv, mask=mask_b, other=0.0))
-    par = tl.load(par_ptr + rw, mask=mask_b, other=0)
-    rec_t = (STEP * R + r) * W + offs_b
-    if tl.program_id(0) == 0:
-        tl.store(alpha_ptr + rec_t * HV + hv, alpha, mask=mask_b)
-        if hv % G == 0:
-            tl.store(khat_ptr + (rec_t * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
-                     (k_in.to(tl.float32) * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=mask_b[:, None])
-        if hv == 0:
-            row = tl.load(anc_prev_ptr + (r * W + par)[:, None] * T_CAP + offs_t[None, :],
-                          mask=mask_b[:, None] & (offs_t[None, :] < STEP - 1), other=0)
-            tl.store(anc_next_ptr + rw[:, None] * T_CAP + offs_t[None, :],
-                     tl.where(offs_t[None, :] == STEP - 1, par[:, None], row),
-                     mask=mask_b[:, None] & (offs_t[None, :] < STEP))
-    c = alpha                               # alpha_t * prod_{i > j} alpha_i, built from j = t-1 down
-    for jj in tl.range(0, STEP, num_stages=REPLAY_STAGES):
-        j = STEP - 1 - jj
-        slot = _parent_slot(par, anc_prev_ptr, r, W, T_CAP, j, mask_b, STEP)
-        rec = (j * R + r) * W + slot
-        k_j = tl.load(khat_ptr + (rec * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
-                      mask=mask_b[:, None], other=0.0).to(tl.float32)
-        kq = tl.sum(k_j * q_in.to(tl.float32), axis=1) * inv_q
-        kk = tl.sum(k_j * k_in.to(tl.float32), axis=1) * inv_k
-        tl.store(cbase + (3 + 2 * j) * plane, c * kq, mask=mask_b)
-        tl.store(cbase + (4 + 2 * j) * plane, c * kk, mask=mask_b)
-        c = c * tl.load(alpha_ptr + rec * HV + hv, mask=mask_b, other=1.0)
-    tl.store(cbase, c * inv_q, mask=mask_b)
-    tl.store(cbase + plane, c * inv_k, mask=mask_b)
-    tl.debug_barrier()                      # the columns are read back by other threads of this program
-    return par, kq_t
-
-
-@triton.jit
-def _parent_slot(par, anc_prev_ptr, r, W, T_CAP, j, mask_b, STEP: tl.constexpr):
-    """Beam b's depth-j ancestor h_t(b, j): its parent at j = t-1, else the parent's row of the previous table."""
-    if j == STEP - 1:
-        slot = par
-    else:
-        slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
-    return slot
-
-
-@triton.jit
-def _replay_depth_fused(u_q, u_k, j, par, anc_prev_ptr, delta_ptr, cbase, r, hv, R, W, HV, T_CAP, plane, offs_v,
-                        mask_b, V: tl.constexpr, STEP: tl.constexpr):
-    """_replay_depth with the slot from the parent's previous ancestry row (the new row is another program's)."""
-    slot = _parent_slot(par, anc_prev_ptr, r, W, T_CAP, j, mask_b, STEP)
-    rec = (j * R + r) * W + slot
-    d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
-                  mask=mask_b[:, None], other=0.0).to(tl.float32)
-    u_q += tl.load(cbase + (3 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
-    u_k += tl.load(cbase + (4 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
-    return u_q, u_k
-
-
-@triton.jit
 def _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, offs_k, G: tl.constexpr,
                    K: tl.constexpr):
     """Step 0's records of the beam tile (record index = r * W + b): alpha_0 of value head hv and, from the
@@ -405,13 +334,13 @@ def _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, ma
 @triton.jit
 def _onela_main_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, alpha_ptr, khat_ptr, delta_ptr, delta_out,
-    out_ptr, par_ptr, anc_prev_ptr, R, W, HV, HK, T_CAP,
+    out_ptr, R, W, HV, HK, T_CAP,
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
     UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr, S_LO: tl.constexpr, KEY_AXIS: tl.constexpr,
-    TMA: tl.constexpr, FUSE_REPLAY: tl.constexpr, TP: tl.constexpr,
+    TMA: tl.constexpr,
 ):
     """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
     tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
@@ -458,16 +387,6 @@ def _onela_main_kernel(
                 _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, offs_k, G, K)
             u_q = u_q * (alpha * inv_q)[:, None]
             u_k = u_k * (alpha * inv_k)[:, None]
-        elif FUSE_REPLAY:           # step >= 1's prep work too (config fuse_replay): no prep launch, no coef table
-            q_in, k_in = _qk_tile(q_ptr, k_ptr, qk_row, tl.arange(0, K), mask_b, r, b0, hk, TMA, BB, K)
-            if PDL == 1:
-                tl_cuda.gdc_wait()  # the tables read the store and the ancestry the previous step wrote
-            par, kq_t = _replay_coefs(q_in, k_in, g_ptr, par_ptr, anc_prev_ptr, anc_ptr, alpha_ptr, khat_ptr, cbase,
-                                      plane, rw, r, hv, hk, R, W, HV, HK, T_CAP, offs_b, mask_b, K, G, STEP, TP,
-                                      REPLAY_STAGES)
-            u_q, u_k = _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16, UPCAST, S_LO)
-            u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
-            u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
         else:
             u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, r, b0, hk, K, BB,
                                     BV, BK, K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_LO, TMA)
@@ -476,11 +395,7 @@ def _onela_main_kernel(
             u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
             u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
             kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
-        if FUSE_REPLAY:
-            for j in tl.range(0, STEP, num_stages=REPLAY_STAGES):
-                u_q, u_k = _replay_depth_fused(u_q, u_k, j, par, anc_prev_ptr, delta_ptr, cbase, r, hv, R, W, HV,
-                                               T_CAP, plane, offs_v, mask_b, V, STEP)
-        elif REPLAY_STAGES == 0:    # unrolled: every depth's gather can be issued at once (registers permitting)
+        if REPLAY_STAGES == 0:      # unrolled: every depth's gather can be issued at once (registers permitting)
             for j in tl.static_range(STEP):
                 u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
                                          plane, offs_v, mask_b, V)
@@ -602,7 +517,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
-            "fuse_step0": bk == K and G <= 2, "tma": False, "fuse_replay": False}
+            "fuse_step0": bk == K and G <= 2, "tma": False}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane
@@ -630,12 +545,10 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
                  ALPHA_TILE=bool(cfg["prep_alpha_tile"])),
             {"num_warps": cfg["prep_warps"], "launch_pdl": bool(pdl)})
     key_axis = bool(cfg["fuse_step0"]) and t == 0 and cfg["BK"] == geo.k     # step 0 in one launch
-    fuse_replay = bool(cfg["fuse_replay"]) and t > 0 and cfg["BK"] == geo.k  # every later step in one launch
     main = (main_grid, {**shared, "REPLAY_STAGES": cfg["replay_stages"], "PDL": pdl,
                         "PDL_NEXT": bool(cfg["pdl_next_step"]), "KEY_AXIS": key_axis,
-                        "TMA": bool(cfg["tma"]) and cfg["BK"] == geo.k, "FUSE_REPLAY": fuse_replay, "TP": tp},
-            {**opts, "launch_pdl": bool(pdl)})
-    return {"main": main} if key_axis or fuse_replay else {"prep": prep, "main": main}
+                        "TMA": bool(cfg["tma"]) and cfg["BK"] == geo.k}, {**opts, "launch_pdl": bool(pdl)})
+    return {"main": main} if key_axis else {"prep": prep, "main": main}
 
 
 class OneLAStepper(Stepper):
@@ -661,9 +574,6 @@ class OneLAStepper(Stepper):
         bv, bk = self.config["BV"], self.config["BK"]
         if geometry.v % bv or geometry.k % bk:
             raise ValueError(f"onela: tiles BV={bv}, BK={bk} must divide V={geometry.v}, K={geometry.k}")
-        if self.config["fuse_replay"] and (bv != geometry.v or bk != geometry.k):
-            raise ValueError(f"onela: config fuse_replay needs one V tile and one K tile (BV={bv}, BK={bk} for "
-                             f"V={geometry.v}, K={geometry.k}): each program writes its beams' coefficient columns")
         self.coef = None if self.config["fused"] else \
             torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
         self.kernel_info: dict = {}     # kernel name -> (registers, spilled 4-byte registers) of its last compile
@@ -704,7 +614,7 @@ class OneLAStepper(Stepper):
             dm = TensorDescriptor.from_tensor(self.store.delta.view(self.T * R, W, geo.hv, geo.v), [1, bb, 1, bv])
         kern = _onela_main_kernel[grid](
             qm, km, vm, g, beta, self.s_ctx, anc_cur, self.coef, self.store.alpha, self.store.khat, self.store.delta,
-            dm, om, parents, anc_prev, R, W, geo.hv, geo.hk, self.T,
+            dm, om, R, W, geo.hv, geo.hk, self.T,
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
         self._note_kernel("main", kern)
         return out

@@ -169,34 +169,6 @@ def test_onela_step0_in_one_launch_gives_the_two_launch_outputs(cfg, device):
     assert set(step_launches(fused, GEOMETRIES["qwen3_5_0_8b"], 4, 512, 1)) == {"prep", "main"}
 
 
-@pytest.mark.parametrize("cfg", [{}, {"beam_iters": 2}, {"fuse_step0": False}])
-@pytest.mark.parametrize("lineage", LINEAGES)
-def test_onela_replay_in_one_launch_gives_the_two_launch_outputs(cfg, lineage, device):
-    """Config fuse_replay (the main kernel does the prep kernel's work at every step >= 1: norms, ancestry row,
-    the k-hat_j dots and suffix products into its own coefficient columns; no prep launch) writes the two-launch
-    kernel's outputs, GTRs, ancestry and coefficients on every small shape (HV = 4 HK: only the group's first
-    value head writes k-hat; T = 1 and T up to 6) and lineage, with a beam loop; two V tiles are rejected (both
-    would write one coefficient column). Launches: one kernel per step."""
-    from kernels.onela import launch_config, step_launches
-    for geo, R, W, T in SMALL:
-        wl = make_workload(geo, R, W, T, lineage=lineage, seed=R * 13 + W, device=device, prompt_len=16)
-        (st0, out0), (st1, out1) = (_run(OneLAStepper, wl, torch.float32, {"BB": 16, **cfg, **f})
-                                    for f in ({"fuse_replay": False}, {"fuse_replay": True}))
-        assert torch.isfinite(out1).all(), "an output element was never written (poisoned NaN survived)"
-        assert (out1 - out0).abs().max().item() <= 1e-5 * out0.abs().max().item(), (geo, R, W, T, cfg)
-        assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
-        for a, b in zip(st1.store.tensors(), st0.store.tensors()):
-            assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6), (geo, R, W, T, cfg)
-        if T > 1:      # the last step's columns but k-hat . q-hat (column 2, kept in registers when fused)
-            cols = [0, 1, *range(3, 3 + 2 * (T - 1))]
-            assert torch.allclose(st1.coef[cols], st0.coef[cols], rtol=1e-5, atol=1e-7), (geo, R, W, T, cfg)
-    fused = {**launch_config(128, 128, 512, 4, 16), "fuse_replay": True}
-    assert all(set(step_launches(fused, GEOMETRIES["qwen3_5_0_8b"], 4, 512, t)) == {"main"} for t in range(4))
-    geo = SMALL[0][0]
-    with pytest.raises(ValueError, match="fuse_replay"):
-        OneLAStepper(geo, 1, 16, 2, device, {"fuse_replay": True, "BV": geo.v // 2})
-
-
 @pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
 def test_onela_tma_descriptors_give_the_pointer_outputs(out_dtype, device):
     """Config tma (q, k, v loaded and o, delta_t stored through [1, BB, 1, D] tensor descriptors) writes bit for
