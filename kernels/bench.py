@@ -118,7 +118,6 @@ def _label(cfg: dict, K: int) -> str:
     text += f",lo_{cfg['s_lo']}" if "s_lo" in cfg else ""
     text += {True: ",fuse0", False: ",nofuse0"}.get(cfg.get("fuse_step0"), "")
     text += f",pw{cfg['prep_warps']}" if "prep_warps" in cfg else ""
-    text += ",tma" if cfg.get("tma") else ""
     return text.strip(",")
 
 

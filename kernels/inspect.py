@@ -33,9 +33,7 @@ KERNELS = {"prep": _onela_prep_kernel, "main": _onela_main_kernel, "fused": _one
 # runtime (non-constexpr) arguments: pointer dtype, or "i32"; T_CAP is the only int not 16-divisible in general
 _PTR = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "out_ptr": "*bf16", "delta_ptr": "*bf16",
         "khat_ptr": "*bf16", "beta_ptr": "*fp32", "g_ptr": "*fp32", "s_ptr": "*fp32", "coef_ptr": "*fp32",
-        "alpha_ptr": "*fp32", "delta_out": "*bf16", "anc_ptr": "*i32", "par_ptr": "*i32", "anc_prev_ptr": "*i32", "anc_next_ptr": "*i32"}
-# the main kernel's tensor-descriptor arguments under config tma, and the constexpr giving each box's last dim
-_TMA_BOX = {"q_ptr": "K", "k_ptr": "K", "v_ptr": "BV", "out_ptr": "BV", "delta_out": "BV"}
+        "alpha_ptr": "*fp32", "anc_ptr": "*i32", "par_ptr": "*i32", "anc_prev_ptr": "*i32", "anc_next_ptr": "*i32"}
 _ORDER = re.compile(r"\b(LDGSTS|LDG|STG|HGMMA|F2FP|F2F|BAR\.SYNC|LDS|STS)\b")
 
 
@@ -61,9 +59,6 @@ def compile_kernel(name: str, const: dict, opts: dict) -> dict:
     for i, arg in enumerate(fn.arg_names):
         if arg in const:
             sig[arg] = "constexpr"
-            continue
-        if const.get("TMA") and arg in _TMA_BOX:      # a tensor descriptor ([1, BB, 1, D] box, bf16)
-            sig[arg] = f"tensordesc<bf16[1,{const['BB']},1,{const[_TMA_BOX[arg]]}]>"
             continue
         sig[arg] = _PTR.get(arg, "i32")
         if arg != "T_CAP":

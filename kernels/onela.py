@@ -29,7 +29,6 @@ import torch
 import triton
 import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from artifact.ancestry import build as build_ancestry
 from artifact.gtr import GtrStore
@@ -184,19 +183,6 @@ def _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b):
 
 
 @triton.jit
-def _qk_tile(q_ptr, k_ptr, qk_row, offs_k, mask_b, r, b0, hk, TMA: tl.constexpr, BB: tl.constexpr,
-             K: tl.constexpr):
-    """The beam tile's whole q, k rows [BB, K]: masked loads, or (TMA) tensor-descriptor loads of a [1, BB, 1, K]
-    box of q, k [R, W, HK, K] -- straight to shared memory, rows past the request's W read as zeros."""
-    if TMA:
-        q_in = q_ptr.load([r, b0, hk, 0]).reshape(BB, K)
-        k_in = k_ptr.load([r, b0, hk, 0]).reshape(BB, K)
-    else:
-        q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b)
-    return q_in, k_in
-
-
-@triton.jit
 def _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16: tl.constexpr, UPCAST: tl.constexpr, S_LO: tl.constexpr):
     """u_q = q S^T and u_k = k S^T (raw q, k) against a split S tile: [BB, BV] each. S_LO says which products
     also take S's lo plane: 2 both, 1 u_q only, 0 neither. Inputs other than bf16 are split too (bf16 part +
@@ -223,17 +209,16 @@ def _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16: tl.constexpr, UPCAST: tl.const
 
 
 @triton.jit
-def _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, r, b0, hk, K: tl.constexpr,
-                 BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr,
-                 QK_FIRST: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr, S_LO: tl.constexpr,
-                 TMA: tl.constexpr):
+def _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K: tl.constexpr, BB: tl.constexpr,
+                 BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
+                 QK_BF16: tl.constexpr, UPCAST: tl.constexpr, S_LO: tl.constexpr):
     """u_q, u_k [BB, BV] over all of K: against the program's split S tile (BK == K, split once by the caller
     and reused for every beam tile it runs), or K in chunks of BK, each chunk of S loaded and split here (fewer
     live registers, and Triton can pipeline the chunks' loads over K_STAGES). QK_FIRST issues a chunk's q, k
     loads before its S load and split, as d5ff80e did; v7 had moved them after, which made K = 256 17-20 %
-    slower (kernels/NOTES.md, stop 18). TMA (one tile over K only): q, k through tensor descriptors."""
+    slower (kernels/NOTES.md, stop 18)."""
     if BK == K:
-        q_in, k_in = _qk_tile(q_ptr, k_ptr, qk_row, tl.arange(0, K), mask_b, r, b0, hk, TMA, BB, K)
+        q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, tl.arange(0, K), mask_b)
         u_q, u_k = _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16, UPCAST, S_LO)
     else:
         u_q = tl.zeros([BB, BV], dtype=tl.float32)
@@ -264,31 +249,21 @@ def _s_tile(s_ptr, s_row, K: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, S
 
 
 @triton.jit
-def _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, b0, mask_b, offs_v,
-                v0, sv_r, sv_w, sv_h, V: tl.constexpr, STEP: tl.constexpr, TMA: tl.constexpr, BB: tl.constexpr,
-                BV: tl.constexpr):
+def _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b, offs_v,
+                sv_r, sv_w, sv_h, V: tl.constexpr, STEP: tl.constexpr):
     """delta_t = beta (v - u_k) and o_t = u_q + delta_t (k-hat . q-hat) from the replayed projections; stores
-    o_t and appends delta_t as the new GTR's value part (written once). TMA: v, out and the new delta go
-    through tensor descriptors ([R, W, HV, V] and the store's [T * R, W, HV, V], boxes [1, BB, 1, BV]; the
-    box is clipped at the request's W, so a partial beam tile writes only its beams)."""
+    o_t and appends delta_t as the new GTR's value part (written once)."""
     gb_off = (r * W + offs_b) * HV + hv
     beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
-    if TMA:
-        v = v_ptr.load([r, b0, hv, v0]).reshape(BB, BV).to(tl.float32)
-    else:
-        v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
-                    mask=mask_b[:, None], other=0.0).to(tl.float32)
+    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
+                mask=mask_b[:, None], other=0.0).to(tl.float32)
     delta = beta[:, None] * (v - u_k)
     o = u_q + delta * kq_t[:, None]
-    if TMA:
-        out_ptr.store([r, b0, hv, v0], o.to(out_ptr.dtype).reshape(1, BB, 1, BV))
-        delta_ptr.store([STEP * R + r, b0, hv, v0], delta.to(delta_ptr.dtype).reshape(1, BB, 1, BV))
-    else:
-        row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
-        tl.store(out_ptr + row_v, o.to(out_ptr.dtype.element_ty), mask=mask_b[:, None])
-        rec_t = (STEP * R + r) * W + offs_b
-        tl.store(delta_ptr + (rec_t * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
-                 delta.to(delta_ptr.dtype.element_ty), mask=mask_b[:, None])
+    row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
+    tl.store(out_ptr + row_v, o.to(out_ptr.dtype.element_ty), mask=mask_b[:, None])
+    rec_t = (STEP * R + r) * W + offs_b
+    tl.store(delta_ptr + (rec_t * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+             delta.to(delta_ptr.dtype.element_ty), mask=mask_b[:, None])
 
 
 @triton.jit
@@ -333,14 +308,13 @@ def _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, ma
 
 @triton.jit
 def _onela_main_kernel(
-    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, alpha_ptr, khat_ptr, delta_ptr, delta_out,
-    out_ptr, R, W, HV, HK, T_CAP,
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s_ptr, anc_ptr, coef_ptr, alpha_ptr, khat_ptr, delta_ptr, out_ptr,
+    R, W, HV, HK, T_CAP,
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
     K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
     BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, K_STAGES: tl.constexpr, QK_FIRST: tl.constexpr,
     BEAM_ITERS: tl.constexpr, LOOP_STAGES: tl.constexpr, REPLAY_STAGES: tl.constexpr, QK_BF16: tl.constexpr,
     UPCAST: tl.constexpr, PDL: tl.constexpr, PDL_NEXT: tl.constexpr, S_LO: tl.constexpr, KEY_AXIS: tl.constexpr,
-    TMA: tl.constexpr,
 ):
     """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
     tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
@@ -352,12 +326,7 @@ def _onela_main_kernel(
 
     KEY_AXIS (step 0 only, one S tile over all of K; config fuse_step0): the program also does the prep kernel's
     step-0 work for its beams -- q, k norms and k-hat . q-hat from the q, k tile it loads for the projections,
-    alpha = exp(g), and the k-hat_0 and alpha_0 records -- so step 0 is one launch and q, k are read once.
-
-    TMA (config tma, one S tile over all of K): q_ptr, k_ptr, v_ptr, out_ptr and delta_out are tensor
-    descriptors (OneLAStepper.step builds them): the beam tile's q, k, v land in shared memory without passing
-    through registers, and o, delta_t leave by bulk stores. delta_ptr stays a pointer for the replay's gathers;
-    without TMA delta_out is delta_ptr."""
+    alpha = exp(g), and the k-hat_0 and alpha_0 records -- so step 0 is one launch and q, k are read once."""
     if PDL and PDL_NEXT:
         tl_cuda.gdc_launch_dependents()     # the next step's prep may start its q, k loads meanwhile
     pid_b = tl.program_id(1)
@@ -366,15 +335,14 @@ def _onela_main_kernel(
         tl_cuda.gdc_wait()          # only the S tile's load and split overlap the prep kernel
     plane = R * HV * W
     for it in tl.range(0, BEAM_ITERS, num_stages=LOOP_STAGES):
-        b0 = (pid_b * BEAM_ITERS + it) * BB
-        offs_b = b0 + tl.arange(0, BB)
+        offs_b = (pid_b * BEAM_ITERS + it) * BB + tl.arange(0, BB)
         mask_b = offs_b < W
         rw = r * W + offs_b
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
         cbase = coef_ptr + (r * HV + hv) * W + offs_b
         if KEY_AXIS:                # step 0's prep work, from the tile this program loads anyway (see above)
             offs_k = tl.arange(0, K)
-            q_in, k_in = _qk_tile(q_ptr, k_ptr, qk_row, offs_k, mask_b, r, b0, hk, TMA, BB, K)
+            q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b)
             qf = q_in.to(tl.float32)
             kf = k_in.to(tl.float32)
             inv_q, inv_k, kq_t = _norms(qf, kf, K)
@@ -388,8 +356,8 @@ def _onela_main_kernel(
             u_q = u_q * (alpha * inv_q)[:, None]
             u_k = u_k * (alpha * inv_k)[:, None]
         else:
-            u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, r, b0, hk, K, BB,
-                                    BV, BK, K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_LO, TMA)
+            u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
+                                    K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_LO)
             if PDL == 1:
                 tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
             u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
@@ -404,8 +372,8 @@ def _onela_main_kernel(
                 u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
                                          plane, offs_v, mask_b, V)
 
-        _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_out, r, hv, R, W, HV, offs_b, b0, mask_b,
-                    offs_v, tl.program_id(0) * BV, sv_r, sv_w, sv_h, V, STEP, TMA, BB, BV)
+        _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b,
+                    offs_v, sv_r, sv_w, sv_h, V, STEP)
 
 
 @triton.jit
@@ -452,8 +420,8 @@ def _onela_fused_kernel(
             slot = tl.sum(tl.where(col, slots, 0), axis=1)
             c = c * tl.load(alpha_ptr + ((j * R + r) * W + slot) * HV + hv, mask=mask_b, other=1.0)
 
-        u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, r, 0, hk, K, BB, BV,
-                                BK, K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_LO, False)
+        u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
+                                K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_LO)
         u_q = u_q * (c * inv_q)[:, None]
         u_k = u_k * (c * inv_k)[:, None]
         cq = cs * kqs
@@ -467,8 +435,8 @@ def _onela_fused_kernel(
             u_q += tl.sum(tl.where(col, cq, 0.0), axis=1)[:, None] * d_j
             u_k += tl.sum(tl.where(col, ck, 0.0), axis=1)[:, None] * d_j
 
-        _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, 0, mask_b,
-                    offs_v, 0, sv_r, sv_w, sv_h, V, STEP, False, BB, BV)
+        _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b,
+                    offs_v, sv_r, sv_w, sv_h, V, STEP)
 
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -517,7 +485,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
-            "fuse_step0": bk == K and G <= 2, "tma": False}
+            "fuse_step0": bk == K and G <= 2}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane
@@ -546,8 +514,8 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
             {"num_warps": cfg["prep_warps"], "launch_pdl": bool(pdl)})
     key_axis = bool(cfg["fuse_step0"]) and t == 0 and cfg["BK"] == geo.k     # step 0 in one launch
     main = (main_grid, {**shared, "REPLAY_STAGES": cfg["replay_stages"], "PDL": pdl,
-                        "PDL_NEXT": bool(cfg["pdl_next_step"]), "KEY_AXIS": key_axis,
-                        "TMA": bool(cfg["tma"]) and cfg["BK"] == geo.k}, {**opts, "launch_pdl": bool(pdl)})
+                        "PDL_NEXT": bool(cfg["pdl_next_step"]), "KEY_AXIS": key_axis},
+            {**opts, "launch_pdl": bool(pdl)})
     return {"main": main} if key_axis else {"prep": prep, "main": main}
 
 
@@ -605,16 +573,9 @@ class OneLAStepper(Stepper):
                 R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2), **const, **opts)
             self._note_kernel("prep", kern)
         grid, const, opts = launches["main"]
-        qm, km, vm, om, dm = q, k, v, out, self.store.delta
-        if const["TMA"]:            # tensor descriptors of [1, BB, 1, D] boxes (the kernel's TMA docstring)
-            check_tma_operands(q=q, k=k, v=v, out=out)
-            bb, bv = const["BB"], const["BV"]
-            qm, km = (TensorDescriptor.from_tensor(x, [1, bb, 1, geo.k]) for x in (q, k))
-            vm, om = (TensorDescriptor.from_tensor(x, [1, bb, 1, bv]) for x in (v, out))
-            dm = TensorDescriptor.from_tensor(self.store.delta.view(self.T * R, W, geo.hv, geo.v), [1, bb, 1, bv])
         kern = _onela_main_kernel[grid](
-            qm, km, vm, g, beta, self.s_ctx, anc_cur, self.coef, self.store.alpha, self.store.khat, self.store.delta,
-            dm, om, R, W, geo.hv, geo.hk, self.T,
+            q, k, v, g, beta, self.s_ctx, anc_cur, self.coef, self.store.alpha, self.store.khat, self.store.delta,
+            out, R, W, geo.hv, geo.hk, self.T,
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
         self._note_kernel("main", kern)
         return out
@@ -669,16 +630,6 @@ def check_step(st: Stepper, t, q, k, v, g, beta, parents, out):
         lo, hi = int(parents.min()), int(parents.max())   # a host sync: checked eagerly, not inside a graph
         if lo < 0 or hi >= W:
             raise ValueError(f"parents out of range: values in [{lo}, {hi}], must be in [0, {W - 1}]")
-
-
-def check_tma_operands(**tensors) -> None:
-    """A TMA descriptor needs a 16-byte aligned base and 16-byte multiples for every stride but the last (1):
-    reject others before launch, naming the tensor (config tma)."""
-    for name, x in tensors.items():
-        bad = [s for s in x.stride()[:-1] if (s * x.element_size()) % 16]
-        if x.stride(-1) != 1 or bad or x.data_ptr() % 16:
-            raise ValueError(f"onela config tma: {name} (strides {tuple(x.stride())}, {x.dtype}) needs a 16-byte "
-                             f"aligned base and strides of 16-byte multiples with a contiguous last dim")
 
 
 def onela_supports(geometry, device) -> str | None:

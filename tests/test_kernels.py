@@ -169,32 +169,6 @@ def test_onela_step0_in_one_launch_gives_the_two_launch_outputs(cfg, device):
     assert set(step_launches(fused, GEOMETRIES["qwen3_5_0_8b"], 4, 512, 1)) == {"prep", "main"}
 
 
-@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16])
-def test_onela_tma_descriptors_give_the_pointer_outputs(out_dtype, device):
-    """Config tma (q, k, v loaded and o, delta_t stored through [1, BB, 1, D] tensor descriptors) writes bit for
-    bit the masked pointer loads' and stores' outputs, GTRs and ancestry on every small shape -- partial beam
-    tiles, whose boxes the descriptor clips at the request's W, included -- with a beam loop and with two V
-    tiles; a tensor a descriptor cannot address is rejected before launch."""
-    for geo, R, W, T in SMALL:
-        wl = make_workload(geo, R, W, T, lineage="beam", seed=R * 11 + W, device=device, prompt_len=16)
-        for cfg in ({"BB": 16}, {"BB": 16, "beam_iters": 2, "BV": geo.v // 2}):
-            (st0, out0), (st1, out1) = (_run(OneLAStepper, wl, out_dtype, {**cfg, **c})
-                                        for c in ({"tma": False}, {"tma": True}))
-            assert torch.isfinite(out1).all(), "an output element was never written (poisoned NaN survived)"
-            assert torch.equal(out1, out0), (geo, R, W, T, cfg)
-            assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
-            assert all(torch.equal(a, b) for a, b in zip(st1.store.tensors(), st0.store.tensors()))
-    geo, R, W, T = SMALL[0]
-    wl = make_workload(geo, R, W, T, lineage="beam", seed=0, device=device, prompt_len=16)
-    st = OneLAStepper(geo, R, W, T, device, {"tma": True})
-    st.reset(wl.s_ctx)
-    out = torch.empty(R, W, geo.hv, geo.v, device=device)
-    qk = torch.empty(2, R, W, geo.hk, geo.k + 1, dtype=wl.q.dtype, device=device)[..., 1:]   # odd row strides
-    qk.copy_(torch.stack([wl.q[0], wl.k[0]]))
-    with pytest.raises(ValueError, match="config tma: q"):
-        st.step(0, qk[0], qk[1], wl.v[0], wl.g[0], wl.beta[0], wl.parents[0], out)
-
-
 @pytest.mark.parametrize("lineage", LINEAGES)
 def test_onela_prep_alpha_tile_gives_the_depth_chain_coefficients(lineage, device):
     """Config prep_alpha_tile (every depth's ancestral alpha gathered as one tile before the suffix products)
