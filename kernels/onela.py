@@ -54,6 +54,13 @@ def _norms(qf, kf, K: tl.constexpr):
 
 
 @triton.jit
+def _store_khat(khat_ptr, rec, hk, HK, kf, inv_k, mask, K: tl.constexpr):
+    """The key part of records `rec` [BB] for key head hk: k-hat = k * inv_k (fp32 k rows [BB, K])."""
+    tl.store(khat_ptr + (rec * HK + hk).to(tl.int64)[:, None] * K + tl.arange(0, K)[None, :],
+             (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HK, T_CAP, offs_b, mask_b,
               khat_mask, K: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
               PDL: tl.constexpr):
@@ -71,8 +78,7 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W
     if PDL:
         tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
     rec_t = (STEP * R + r) * W + offs_b
-    tl.store(khat_ptr + (rec_t * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
-             (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=khat_mask)
+    _store_khat(khat_ptr, rec_t, hk, HK, kf, inv_k, khat_mask, K)
     slots = tl.zeros([BB, TP], dtype=tl.int32)
     kqs = tl.zeros([BB, TP], dtype=tl.float32)
     kks = tl.zeros([BB, TP], dtype=tl.float32)
@@ -295,15 +301,14 @@ def _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T
 
 
 @triton.jit
-def _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, offs_k, G: tl.constexpr,
+def _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, G: tl.constexpr,
                    K: tl.constexpr):
     """Step 0's records of the beam tile (record index = r * W + b): alpha_0 of value head hv and, from the
     group's first value head, k-hat_0 of key head hk; written by the first V tile's program only."""
     if tl.program_id(0) == 0:
         tl.store(alpha_ptr + rw * HV + hv, alpha, mask=mask_b)
         if hv % G == 0:
-            tl.store(khat_ptr + (rw * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
-                     (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=mask_b[:, None])
+            _store_khat(khat_ptr, rw, hk, HK, kf, inv_k, mask_b[:, None], K)
 
 
 @triton.jit
@@ -341,18 +346,17 @@ def _onela_main_kernel(
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
         cbase = coef_ptr + (r * HV + hv) * W + offs_b
         if KEY_AXIS:                # step 0's prep work, from the tile this program loads anyway (see above)
-            offs_k = tl.arange(0, K)
-            q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b)
+            q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, tl.arange(0, K), mask_b)
             qf = q_in.to(tl.float32)
             kf = k_in.to(tl.float32)
             inv_q, inv_k, kq_t = _norms(qf, kf, K)
             alpha = tl.exp(tl.load(g_ptr + rw * HV + hv, mask=mask_b, other=0.0))
             if PDL != 1:            # already past the wait: the records go out before the dots (fewer live registers)
-                _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, offs_k, G, K)
+                _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, G, K)
             u_q, u_k = _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16, UPCAST, S_LO)
             if PDL == 1:
                 tl_cuda.gdc_wait()  # every store comes after the previous launch is done
-                _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, offs_k, G, K)
+                _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, G, K)
             u_q = u_q * (alpha * inv_q)[:, None]
             u_k = u_k * (alpha * inv_k)[:, None]
         else:
