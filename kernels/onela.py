@@ -489,10 +489,14 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
-            "fuse_step0": bk == K and G <= 2}
+            "fuse_step0": bk == K and G <= 2, "ws": "off", "ws_ring": None, "ws_regs": 80, "ws_maxnreg": 168}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane
+# config ws: the warp-specialised Gluon kernel (kernels/onela_ws.py) where it applies -- "main" after the prep
+# kernel, "step" the whole step in one launch, both where step 0 is not already one Triton launch (fuse_step0);
+# "all" one launch of it at every step, step 0 included -- or "off"
+_WS = ("off", "main", "step", "all")
 
 
 def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
@@ -548,6 +552,13 @@ class OneLAStepper(Stepper):
             raise ValueError(f"onela: tiles BV={bv}, BK={bk} must divide V={geometry.v}, K={geometry.k}")
         self.coef = None if self.config["fused"] else \
             torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
+        if self.config["ws"] not in _WS:
+            raise ValueError(f"onela: ws={self.config['ws']!r} unknown; one of {sorted(_WS)}")
+        if self.config["ws"] != "off" and (self.config["s_lo"] != "none" or self.config["fused"]):
+            raise ValueError("onela: ws (the warp-specialised main kernel) projects against S in bf16 with the "
+                             f"two-launch kernels: needs s_lo 'none' and fused False, got {self.config['s_lo']!r}, "
+                             f"{self.config['fused']}")
+        self.n_sm = n_sm
         self.kernel_info: dict = {}     # kernel name -> (registers, spilled 4-byte registers) of its last compile
 
     def _note_kernel(self, name, kern):
@@ -556,12 +567,28 @@ class OneLAStepper(Stepper):
 
     def reset(self, s_ctx, tail=None):
         self.s_ctx = check_reset(self, s_ctx, tail)
+        if self.config["ws"] != "off":  # the warp-specialised kernel loads S's bf16 rounding by TMA (kernels/onela_ws.py)
+            self.s_bf16 = self.s_ctx.to(torch.bfloat16)
 
     def step(self, t, q, k, v, g, beta, parents, out):
         geo, R, W = self.geometry, self.R, self.W
         check_step(self, t, q, k, v, g, beta, parents, out)
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
         launches = step_launches(self.config, geo, R, W, t, q.dtype == torch.bfloat16)
+        ws = self.config["ws"]
+        if ws != "off" and ("prep" in launches or ws == "all") and not _INTERPRET:
+            from kernels.onela_ws import launch_ws, ws_supports
+            if ws_supports(geo, W, q, v, out) is None:
+                if ws == "main":
+                    grid, const, opts = launches["prep"]
+                    kern = _onela_prep_kernel[grid](
+                        q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,
+                        R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2), **const, **opts)
+                    self._note_kernel("prep", kern)
+                kern = launch_ws(self, t, q, k, v, g, beta, parents, anc_prev, anc_cur, out, self.config,
+                                 fuse=ws != "main")
+                self._note_kernel(f"ws_{ws}", kern)
+                return out
         if "fused" in launches:
             grid, const, opts = launches["fused"]
             kern = _onela_fused_kernel[grid](

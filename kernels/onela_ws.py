@@ -1,0 +1,411 @@
+"""OneLA's main kernel, warp-specialised (Gluon, Hopper): config `ws` of the `onela` path (kernels/NOTES.md, stop 23).
+
+The Triton main kernel (kernels/onela.py) runs, per warp, the chain load q, k -> MMA -> gather the ancestral delta
+rows -> epilogue -> store, at 8 warps per SM: latency-bound (stop 21's ncu: 1.9 active warps per scheduler, 40 %
+of stalls on global-load scoreboards). Here each persistent program (one per SM) splits the work by role:
+- a producer warpgroup issues every load: the S_ctx tile (bf16, TMA, once per (request, value head)), each beam
+  tile's q and k (TMA, two stages), then per depth the ancestral delta rows gathered through the ancestry row
+  and finally the tile's v (cp.async, into a ring of NR [BB, V] bf16 entries);
+- the default warpgroup consumes them: both projections on the tensor cores (wgmma against the S tile in shared
+  memory), the closed-form replay from the ring, delta_t and o_t, stored by TMA from shared memory.
+They meet at mbarriers (ready / empty per stage), so the producer runs up to NR + 2 loads ahead of the math.
+Same math, coefficients and record layout as the Triton main kernel; the prep kernel is unchanged.
+
+Applies (`ws_supports`) where K = V = 128, W is a multiple of the 64-beam tile (no partial tiles: the TMA boxes
+are 2-D over [R * W, H * D] views) and q, k, v, out are laid out as contiguous [R, W, H, D] rows. S_ctx is read
+as its bf16 rounding -- the `s_lo: none` projection the K = 128 default already uses -- from a copy made at
+reset (the stepper keeps the fp32 state too). The interpreter does not run Gluon: its tests are GPU tests.
+"""
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, mbarrier, tma,
+                                                               warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+BB_TILE = 64     # beams per tile (one wgmma M)
+_BB = gl.constexpr(BB_TILE)
+
+
+@gluon.jit
+def _gdc_wait():
+    """griddepcontrol.wait: the previous launch is complete and its writes visible."""
+    gl.inline_asm_elementwise("griddepcontrol.wait; // dummy $0", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _gdc_launch_dependents():
+    gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
+                              is_pure=False, pack=1)
+
+
+@gluon.jit
+def _tiles(NT, W, BB: gl.constexpr):
+    """This program's contiguous range of beam tiles (tile = (r * HV + hv) * W / BB + beam tile)."""
+    pid = gl.program_id(0)
+    n_prog = gl.num_programs(0)
+    return pid * NT // n_prog, (pid + 1) * NT // n_prog, W // BB
+
+
+@gluon.jit
+def _issue_s_qk(tile, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc, k_desc, s_smem, q_smem, k_smem,
+                s_ready, s_empty, qk_ready, qk_empty, G: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
+                BB: gl.constexpr):
+    """TMA loads of tile `tile`: its S tile when the (request, value head) changes, and its q, k rows."""
+    head = tile // NBT
+    r = head // HV
+    hk = (head % HV) // G
+    b0 = (tile % NBT) * BB
+    if head != prev_head:
+        mbarrier.wait(s_empty, (s_cnt & 1) ^ 1)
+        mbarrier.expect(s_ready, s_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(s_desc, [head * V, 0], s_ready, s_smem)
+        s_cnt += 1
+    st = qk_cnt % 2
+    mbarrier.wait(qk_empty.index(st), ((qk_cnt // 2) & 1) ^ 1)
+    mbarrier.expect(qk_ready.index(st), 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [r * W + b0, hk * K], qk_ready.index(st), q_smem.index(st))
+    tma.async_copy_global_to_shared(k_desc, [r * W + b0, hk * K], qk_ready.index(st), k_smem.index(st))
+    return head, s_cnt, qk_cnt + 1
+
+
+@gluon.jit
+def _load_slots(anc_ptr, par_ptr, tile, tile1, NBT, W, HV, T_CAP, STEP: gl.constexpr, TP: gl.constexpr,
+                BB: gl.constexpr, sl: gl.constexpr, FUSE: gl.constexpr):
+    """The ancestry rows [BB, TP] of tile `tile` (zeros past this program's last tile): this step's table, or
+    with FUSE built from the parents and the previous step's table (h_t(b, j) = h_{t-1}(parent(b), j) for
+    j < t - 1, h_t(b, t - 1) = parent(b)), as the prep kernel builds it."""
+    head = tile // NBT
+    r = head // HV
+    rows = r * W + (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, sl))
+    tcol = gl.arange(0, TP, layout=gl.SliceLayout(0, sl))
+    live = tile < tile1
+    if FUSE:
+        par = gl.load(par_ptr + rows, mask=live, other=0)
+        anc = gl.load(anc_ptr + (r * W + par)[:, None] * T_CAP + tcol[None, :],
+                      mask=(tcol[None, :] < STEP - 1) & live, other=0)
+        return gl.where(tcol[None, :] == STEP - 1, par[:, None], anc)
+    return gl.load(anc_ptr + rows[:, None] * T_CAP + tcol[None, :], mask=(tcol[None, :] < STEP) & live, other=0)
+
+
+@gluon.jit
+def _key_scalars(tile, anc_prev_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, aux, aux_ready, aux_empty, a_cnt,
+                 R, W, HV, T_CAP, NBT, STEP: gl.constexpr, TPC: gl.constexpr, BB: gl.constexpr,
+                 PWARPS: gl.constexpr):
+    """FUSE: tile `tile`'s per-beam scalars, as the prep kernel forms them -- its ancestry row (written to the
+    next table by value head 0), alpha_t = exp(g) (its record written), and the replay's alpha products
+    c_j = alpha_t prod_{i > j} alpha_i (row j < STEP of the aux tile) and P = c_{-1} (row STEP) -- into the aux
+    stage the consumer reads."""
+    pl: gl.constexpr = gl.BlockedLayout([1, TPC], [32, 1], [PWARPS, 1], [1, 0])   # a beam's row in one thread
+    head = tile // NBT
+    r = head // HV
+    hv = head % HV
+    offs_b = (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, pl))
+    tcol = gl.arange(0, TPC, layout=gl.SliceLayout(0, pl))
+    rw = r * W + offs_b
+    par = gl.load(par_ptr + rw)
+    anc = gl.load(anc_prev_ptr + (r * W + par)[:, None] * T_CAP + tcol[None, :], mask=tcol[None, :] < STEP - 1,
+                  other=0)
+    slots = gl.where(tcol[None, :] == STEP - 1, par[:, None], anc)
+    alphas = gl.load(alpha_ptr + ((tcol[None, :] * R + r) * W + slots) * HV + hv, mask=tcol[None, :] < STEP,
+                     other=1.0)
+    alpha_t = gl.exp(gl.load(g_ptr + rw * HV + hv))
+    gl.store(alpha_ptr + ((STEP * R + r) * W + offs_b) * HV + hv, alpha_t)
+    gl.store(anc_next_ptr + rw[:, None] * T_CAP + tcol[None, :], slots, mask=(tcol[None, :] < STEP) & (hv == 0))
+    c = alpha_t
+    coef = gl.zeros([BB, TPC], gl.float32, pl)
+    for jj in gl.static_range(STEP):
+        j = STEP - 1 - jj
+        coef = gl.where(tcol[None, :] == j, c[:, None], coef)
+        c = c * gl.sum(gl.where(tcol[None, :] == j, alphas, 0.0), axis=1)
+    coef = gl.where(tcol[None, :] == STEP, c[:, None], coef)
+    st = a_cnt % 2
+    mbarrier.wait(aux_empty.index(st), ((a_cnt // 2) & 1) ^ 1)
+    for j in gl.static_range(STEP + 1):      # row j of stage st: c_j, row STEP: P
+        aux.index(st * 3 * TPC + j).store(gl.sum(gl.where(tcol[None, :] == j, coef, 0.0), axis=1))
+    gl.thread_barrier()
+    mbarrier.arrive(aux_ready.index(st), count=1)
+    return a_cnt + 1
+
+
+@gluon.jit
+def _ring_put(ptrs, ring, ring_ready, ring_empty, cnt, NR: gl.constexpr):
+    """cp.async one [BB, V] tile into the next ring entry; its ready barrier fires when every producer thread's
+    copies have landed (noinc arrive: the barrier counts the producer's threads)."""
+    e = cnt % NR
+    mbarrier.wait(ring_empty.index(e), ((cnt // NR) & 1) ^ 1)
+    async_copy.async_copy_global_to_shared(ring.index(e), ptrs)
+    async_copy.mbarrier_arrive(ring_ready.index(e), increment_count=False)
+    return cnt + 1
+
+
+@gluon.jit
+def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready, qk_empty,
+              ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
+              khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
+              G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, BB: gl.constexpr,
+              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr):
+    """Every load of the program, in the order the consumer uses them, one tile of q, k ahead. With FUSE also
+    the key-axis work of the prep kernel (`_key_scalars`) and the ancestral k-hat rows, each before its depth's
+    delta rows in the ring."""
+    gat: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [PWARPS, 1], [1, 0])
+    sl: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [PWARPS, 1], [1, 0])   # rows as in `gat`
+    row_l: gl.constexpr = gl.SliceLayout(1, gat)
+    cols = gl.arange(0, V, layout=gl.SliceLayout(0, gat))
+    tcol = gl.arange(0, TP, layout=gl.SliceLayout(0, sl))
+    tile0, tile1, NBT = _tiles(NT, W, BB)
+    zero = tile0 * 0                # int32 counters (a literal 0 would be a constexpr)
+    prev_head, s_cnt, qk_cnt = _issue_s_qk(tile0, zero - 1, zero, zero, NBT, W, HV, s_desc, q_desc, k_desc, s_smem, q_smem,
+                                           k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, V, BB)
+    _gdc_wait()     # the prep kernel's ancestry rows and every earlier step's records are written
+    slots = _load_slots(anc_ptr, par_ptr, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl, FUSE)
+    if FUSE:
+        a_cnt = _key_scalars(tile0, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, aux, aux_ready, aux_empty,
+                             zero, R, W, HV, T_CAP, NBT, STEP, TPC, BB, PWARPS)
+    cnt = 0
+    for tile in range(tile0, tile1):
+        # the next tile's q, k (and S) go out before this tile's gathers -- except, with FUSE, a next tile of
+        # another head: its S waits for this tile's projections, which come after this tile's k-hat rows
+        early = (tile + 1 < tile1) & (((tile + 1) // NBT == tile // NBT) | (not FUSE))
+        if early:
+            prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
+                                                   k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
+                                                   qk_empty, G, K, V, BB)
+        slots_next = _load_slots(anc_ptr, par_ptr, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl, FUSE)
+        head = tile // NBT
+        r = head // HV
+        hv = head % HV
+        offs_b = (tile % NBT) * BB + gl.arange(0, BB, layout=row_l)
+        if FUSE:                    # the ancestral k-hat rows first: the consumer forms every coefficient first
+            for j in gl.static_range(STEP):
+                slot = gl.convert_layout(gl.sum(gl.where(tcol[None, :] == j, slots, 0), axis=1), row_l)
+                rec = (j * R + r) * W + slot
+                kptrs = khat_ptr + ((rec * (HV // G) + hv // G).to(gl.int64) * K)[:, None] + cols[None, :]
+                cnt = _ring_put(kptrs, ring, ring_ready, ring_empty, cnt, NR)
+        for j in gl.static_range(STEP):
+            slot = gl.convert_layout(gl.sum(gl.where(tcol[None, :] == j, slots, 0), axis=1), row_l)
+            rec = (j * R + r) * W + slot
+            ptrs = delta_ptr + ((rec * HV + hv).to(gl.int64) * V)[:, None] + cols[None, :]
+            cnt = _ring_put(ptrs, ring, ring_ready, ring_empty, cnt, NR)
+        vptrs = v_ptr + (r * sv_r + offs_b * sv_w + hv * sv_h).to(gl.int64)[:, None] + cols[None, :]
+        cnt = _ring_put(vptrs, ring, ring_ready, ring_empty, cnt, NR)
+        if (tile + 1 < tile1) & (not early):
+            prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
+                                                   k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
+                                                   qk_empty, G, K, V, BB)
+        if FUSE:
+            if tile + 1 < tile1:
+                a_cnt = _key_scalars(tile + 1, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, aux, aux_ready,
+                                     aux_empty, a_cnt, R, W, HV, T_CAP, NBT, STEP, TPC, BB, PWARPS)
+        slots = slots_next
+
+
+@gluon.jit
+def _ring_take(ring, ring_ready, ring_empty, cnt, mma: gl.constexpr, NR: gl.constexpr):
+    """The next ring entry as fp32 in the accumulator layout; the entry is released once every consumer warp
+    has read it."""
+    e = cnt % NR
+    mbarrier.wait(ring_ready.index(e), (cnt // NR) & 1)
+    x = ring.index(e).load(mma).to(gl.float32)
+    gl.thread_barrier()
+    mbarrier.arrive(ring_empty.index(e), count=1)
+    return x, cnt + 1
+
+
+@gluon.jit
+def _consumer(s_smem, q_smem, k_smem, ring, aux, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready, qk_empty,
+              ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr, beta_ptr,
+              R, W, HV, NT, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
+              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr):
+    """Projections, replay, delta_t and o_t of every tile of the program (the default partition: two
+    warpgroups, each owning half of the V columns). The replay's coefficients come from the prep kernel's
+    table, or with FUSE from this tile's q, k rows (norms, k-hat_j . q-hat and k-hat_j . k-hat against the
+    ancestral k-hat rows from the ring) and the producer's alpha products; FUSE also stores the k-hat_t record."""
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, V // 2, 16])
+    row_l: gl.constexpr = gl.SliceLayout(1, mma)
+    tile0, tile1, NBT = _tiles(NT, W, BB)
+    plane = R * HV * W
+    cnt = 0
+    s_cnt = 0
+    prev_head = -1
+    _gdc_wait()     # the prep kernel's coefficients (or the previous step's records) are written
+    for i in range(tile1 - tile0):
+        tile = tile0 + i
+        head = tile // NBT
+        r = head // HV
+        hv = head % HV
+        b0 = (tile % NBT) * BB
+        offs_b = b0 + gl.arange(0, BB, layout=row_l)
+        cbase = coef_ptr + head * W + offs_b
+        beta = gl.load(beta_ptr + (r * W + offs_b) * HV + hv)
+        if not FUSE:
+            c_q = gl.load(cbase)
+            c_k = gl.load(cbase + plane)
+            kq_t = gl.load(cbase + 2 * plane)
+        if head != prev_head:
+            mbarrier.wait(s_ready, s_cnt & 1)
+            s_cnt += 1
+        prev_head = head
+        st = i % 2
+        mbarrier.wait(qk_ready.index(st), (i // 2) & 1)
+        if FUSE:                    # the key axis first, so its registers are free before the accumulators live
+            qf = q_smem.index(st).load(mma).to(gl.float32)
+            kf = k_smem.index(st).load(mma).to(gl.float32)
+            inv_q = gl.rsqrt(gl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)
+            inv_k = gl.rsqrt(gl.sum(kf * kf, axis=1) + 1e-6)
+            kq_t = gl.sum(qf * kf, axis=1) * inv_q * inv_k
+            if hv % G == 0:         # the k-hat_t record of key head hv / G, once per key head
+                tma.store_wait(0)
+                gl.thread_barrier()
+                kh_smem.store((kf * inv_k[:, None]).to(kh_smem.dtype))
+                fence_async_shared()
+                gl.thread_barrier()
+                tma.async_copy_shared_to_global(khat_desc, [(STEP * R + r) * W + b0, (hv // G) * K], kh_smem)
+            mbarrier.wait(aux_ready.index(st), (i // 2) & 1)
+            for j in gl.static_range(STEP):     # aux rows TPC + j <- c_j (k_j . q-hat), 2 TPC + j <- c_j (k_j . k-hat)
+                kh_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, mma, NR)
+                c_j = aux.index(st * 3 * TPC + j).load(row_l)
+                cq = c_j * gl.sum(kh_j * qf, axis=1) * inv_q
+                ck = c_j * gl.sum(kh_j * kf, axis=1) * inv_k
+                aux.index(st * 3 * TPC + TPC + j).store(cq)
+                aux.index(st * 3 * TPC + 2 * TPC + j).store(ck)
+            p_all = aux.index(st * 3 * TPC + STEP).load(row_l)
+            c_q = p_all * inv_q
+            c_k = p_all * inv_k
+            gl.thread_barrier()
+        s_t = s_smem.permute((1, 0))
+        zero = gl.zeros([BB, V], gl.float32, mma)
+        u_q = warpgroup_mma(q_smem.index(st), s_t, zero, use_acc=False, is_async=True)
+        u_k = warpgroup_mma(k_smem.index(st), s_t, zero, use_acc=False, is_async=True)
+        u_q, u_k = warpgroup_mma_wait(0, deps=[u_q, u_k])
+        gl.thread_barrier()
+        mbarrier.arrive(qk_empty.index(st), count=1)
+        last_of_head = (tile + 1 == tile1) | ((tile + 1) // NBT != head)
+        mbarrier.arrive(s_empty, count=1, pred=last_of_head)
+        u_q = u_q * c_q[:, None]
+        u_k = u_k * c_k[:, None]
+        for j in gl.static_range(STEP):
+            if FUSE:
+                cq = aux.index(st * 3 * TPC + TPC + j).load(row_l)
+                ck = aux.index(st * 3 * TPC + 2 * TPC + j).load(row_l)
+            else:
+                cq = gl.load(cbase + (3 + 2 * j) * plane)
+                ck = gl.load(cbase + (4 + 2 * j) * plane)
+            d_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, mma, NR)
+            u_q += cq[:, None] * d_j
+            u_k += ck[:, None] * d_j
+        if FUSE:
+            gl.thread_barrier()
+            mbarrier.arrive(aux_empty.index(st), count=1)
+        v, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, mma, NR)
+        delta = beta[:, None] * (v - u_k)
+        o = u_q + delta * kq_t[:, None]
+        tma.store_wait(0)           # the previous tile's stores have read o_smem / d_smem (and kh_smem)
+        gl.thread_barrier()
+        o_smem.store(o.to(o_smem.dtype))
+        d_smem.store(delta.to(d_smem.dtype))
+        fence_async_shared()
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(out_desc, [r * W + b0, hv * V], o_smem)
+        tma.async_copy_shared_to_global(dst_desc, [(STEP * R + r) * W + b0, hv * V], d_smem)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _onela_main_ws_kernel(
+    q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
+    khat_ptr, coef_ptr, beta_ptr, delta_ptr, v_ptr,
+    R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
+    K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
+    TPC: gl.constexpr, PWARPS: gl.constexpr, PREGS: gl.constexpr, PDL_NEXT: gl.constexpr, FUSE: gl.constexpr,
+):
+    """Step STEP (>= 1) of the main kernel -- with FUSE the whole step, the prep kernel's work included; a
+    persistent program per SM over a contiguous range of beam tiles. anc_ptr is this step's ancestry table,
+    or with FUSE the previous step's (this step's is written to anc_next_ptr)."""
+    if PDL_NEXT:
+        _gdc_launch_dependents()    # the next launch may start its S, q, k loads meanwhile
+    BB: gl.constexpr = _BB
+    s_smem = gl.allocate_shared_memory(gl.bfloat16, [V, K], s_desc.layout)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, K], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, K], q_desc.layout)
+    ring = gl.allocate_shared_memory(gl.bfloat16, [NR, BB, V], dst_desc.layout)
+    aux = gl.allocate_shared_memory(gl.float32, [6 * TPC, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    o_smem = gl.allocate_shared_memory(out_desc.dtype, [BB, V], out_desc.layout)
+    d_smem = gl.allocate_shared_memory(gl.bfloat16, [BB, V], dst_desc.layout)
+    if FUSE:
+        kh_smem = gl.allocate_shared_memory(gl.bfloat16, [BB, K], khat_desc.layout)
+    else:
+        kh_smem = d_smem            # unused
+    s_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    s_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    qk_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    qk_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    aux_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    aux_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    ring_ready = gl.allocate_shared_memory(gl.int64, [NR, 1], mbarrier.MBarrierLayout())
+    ring_empty = gl.allocate_shared_memory(gl.int64, [NR, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(s_ready, count=1)
+    mbarrier.init(s_empty, count=1)
+    for i in gl.static_range(2):
+        mbarrier.init(qk_ready.index(i), count=1)
+        mbarrier.init(qk_empty.index(i), count=1)
+        mbarrier.init(aux_ready.index(i), count=1)
+        mbarrier.init(aux_empty.index(i), count=1)
+    for i in gl.static_range(NR):
+        mbarrier.init(ring_ready.index(i), count=PWARPS * 32)
+        mbarrier.init(ring_empty.index(i), count=1)
+    gl.warp_specialize([
+        (_consumer, (s_smem, q_smem, k_smem, ring, aux, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready,
+                     qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr,
+                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE)),
+        (_producer, (s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready,
+                     qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr,
+                     alpha_ptr, g_ptr, khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
+                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE)),
+    ], [PWARPS], [PREGS])
+
+
+def ws_supports(geo, W: int, q, v, out) -> str | None:
+    """Why the warp-specialised main kernel cannot run this step (None: it can)."""
+    if geo.k != 128 or geo.v != 128:
+        return f"ws: K={geo.k}, V={geo.v} (needs 128, 128)"
+    if W % BB_TILE:
+        return f"ws: W={W} not a multiple of {BB_TILE}"
+    R = q.shape[0]
+    for name, x in (("q", q), ("v", v), ("out", out)):
+        if x.stride(-1) != 1 or x.stride(-2) != x.shape[-1] or x.stride(1) != x.shape[2] * x.shape[3] \
+                or (R > 1 and x.stride(0) != W * x.stride(1)):
+            return f"ws: {name} is not laid out as contiguous [R, W, H, D] rows (strides {tuple(x.stride())})"
+    if q.dtype != torch.bfloat16 or out.dtype != torch.bfloat16:
+        return f"ws: q / out dtype {q.dtype} / {out.dtype} (needs bfloat16)"
+    return None
+
+
+def _desc(x2d: torch.Tensor, block):
+    layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
+    return TensorDescriptor(x2d, list(x2d.shape), list(x2d.stride()), list(block), layout)
+
+
+def launch_ws(st, t, q, k, v, g, beta, parents, anc_prev, anc_cur, out, cfg: dict, fuse: bool):
+    """Launch step t's warp-specialised kernel for OneLAStepper `st`: the main kernel after the prep kernel, or
+    with `fuse` the whole step (no prep launch)."""
+    geo, R, W = st.geometry, st.R, st.W
+    rows = R * W
+    q_desc = _desc(q.as_strided((rows, geo.hk * geo.k), (q.stride(1), 1)), [BB_TILE, geo.k])
+    k_desc = _desc(k.as_strided((rows, geo.hk * geo.k), (k.stride(1), 1)), [BB_TILE, geo.k])
+    s_desc = _desc(st.s_bf16.view(R * geo.hv * geo.v, geo.k), [geo.v, geo.k])
+    out_desc = _desc(out.view(rows, geo.hv * geo.v), [BB_TILE, geo.v])
+    dst_desc = _desc(st.store.delta.view(st.T * rows, geo.hv * geo.v), [BB_TILE, geo.v])
+    khat_desc = _desc(st.store.khat.view(st.T * rows, geo.hk * geo.k), [BB_TILE, geo.k])
+    nt = R * geo.hv * (W // BB_TILE)
+    grid = (min(nt, st.n_sm),)
+    pow2 = lambda x: 1 << (x - 1).bit_length()      # noqa: E731
+    return _onela_main_ws_kernel[grid](
+        q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_prev if fuse else anc_cur, parents, anc_cur,
+        st.store.alpha, g, st.store.khat, st.coef, beta, st.store.delta, v,
+        R, W, geo.hv, st.T, nt, v.stride(0), v.stride(1), v.stride(2),
+        K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or (4 if fuse else 5), TP=max(2, pow2(max(t, 1))),
+        TPC=max(2, pow2(t + 1)), PWARPS=4, PREGS=cfg["ws_regs"], PDL_NEXT=bool(cfg["pdl_next_step"]),
+        FUSE=fuse, num_warps=8, maxnreg=cfg["ws_maxnreg"], launch_pdl=bool(cfg["pdl"]))
