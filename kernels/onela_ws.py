@@ -161,9 +161,7 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
                                            k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, V, BB)
     _gdc_wait()     # the prep kernel's ancestry rows and every earlier step's records are written
     slots = _load_slots(anc_ptr, par_ptr, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl, FUSE)
-    if FUSE:
-        a_cnt = _key_scalars(tile0, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, aux, aux_ready, aux_empty,
-                             zero, R, W, HV, T_CAP, NBT, STEP, TPC, BB, PWARPS)
+    a_cnt = zero
     cnt = 0
     for tile in range(tile0, tile1):
         # the next tile's q, k (and S) go out before this tile's gathers -- except, with FUSE, a next tile of
@@ -184,6 +182,9 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
                 rec = (j * R + r) * W + slot
                 kptrs = khat_ptr + ((rec * (HV // G) + hv // G).to(gl.int64) * K)[:, None] + cols[None, :]
                 cnt = _ring_put(kptrs, ring, ring_ready, ring_empty, cnt, NR)
+            # the alpha products' dependent loads (parent -> ancestry row -> alphas) while those rows are in flight
+            a_cnt = _key_scalars(tile, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, aux, aux_ready, aux_empty,
+                                 a_cnt, R, W, HV, T_CAP, NBT, STEP, TPC, BB, PWARPS)
         for j in gl.static_range(STEP):
             slot = gl.convert_layout(gl.sum(gl.where(tcol[None, :] == j, slots, 0), axis=1), row_l)
             rec = (j * R + r) * W + slot
@@ -195,10 +196,6 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
             prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
                                                    k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
                                                    qk_empty, G, K, V, BB)
-        if FUSE:
-            if tile + 1 < tile1:
-                a_cnt = _key_scalars(tile + 1, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, aux, aux_ready,
-                                     aux_empty, a_cnt, R, W, HV, T_CAP, NBT, STEP, TPC, BB, PWARPS)
         slots = slots_next
 
 
@@ -263,17 +260,10 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, o_smem, d_smem, kh_smem, s_read
                 fence_async_shared()
                 gl.thread_barrier()
                 tma.async_copy_shared_to_global(khat_desc, [(STEP * R + r) * W + b0, (hv // G) * K], kh_smem)
-            mbarrier.wait(aux_ready.index(st), (i // 2) & 1)
-            for j in gl.static_range(STEP):     # aux rows TPC + j <- c_j (k_j . q-hat), 2 TPC + j <- c_j (k_j . k-hat)
+            for j in gl.static_range(STEP):     # aux rows TPC + j <- k_j . q-hat, 2 TPC + j <- k_j . k-hat
                 kh_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, mma, NR)
-                c_j = aux.index(st * 3 * TPC + j).load(row_l)
-                cq = c_j * gl.sum(kh_j * qf, axis=1) * inv_q
-                ck = c_j * gl.sum(kh_j * kf, axis=1) * inv_k
-                aux.index(st * 3 * TPC + TPC + j).store(cq)
-                aux.index(st * 3 * TPC + 2 * TPC + j).store(ck)
-            p_all = aux.index(st * 3 * TPC + STEP).load(row_l)
-            c_q = p_all * inv_q
-            c_k = p_all * inv_k
+                aux.index(st * 3 * TPC + TPC + j).store(gl.sum(kh_j * qf, axis=1) * inv_q)
+                aux.index(st * 3 * TPC + 2 * TPC + j).store(gl.sum(kh_j * kf, axis=1) * inv_k)
             gl.thread_barrier()
         s_t = s_smem.permute((1, 0))
         zero = gl.zeros([BB, V], gl.float32, mma)
@@ -284,12 +274,18 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, o_smem, d_smem, kh_smem, s_read
         mbarrier.arrive(qk_empty.index(st), count=1)
         last_of_head = (tile + 1 == tile1) | ((tile + 1) // NBT != head)
         mbarrier.arrive(s_empty, count=1, pred=last_of_head)
+        if FUSE:                    # the producer's alpha products of this tile (rows j < STEP: c_j, STEP: P)
+            mbarrier.wait(aux_ready.index(st), (i // 2) & 1)
+            p_all = aux.index(st * 3 * TPC + STEP).load(row_l)
+            c_q = p_all * inv_q
+            c_k = p_all * inv_k
         u_q = u_q * c_q[:, None]
         u_k = u_k * c_k[:, None]
         for j in gl.static_range(STEP):
             if FUSE:
-                cq = aux.index(st * 3 * TPC + TPC + j).load(row_l)
-                ck = aux.index(st * 3 * TPC + 2 * TPC + j).load(row_l)
+                c_j = aux.index(st * 3 * TPC + j).load(row_l)
+                cq = c_j * aux.index(st * 3 * TPC + TPC + j).load(row_l)
+                ck = c_j * aux.index(st * 3 * TPC + 2 * TPC + j).load(row_l)
             else:
                 cq = gl.load(cbase + (3 + 2 * j) * plane)
                 ck = gl.load(cbase + (4 + 2 * j) * plane)

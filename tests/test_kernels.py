@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from artifact.measure import DEFAULT_TOLERANCE, check_and_time
+from artifact.measure import DEFAULT_TOLERANCE, check_and_time, max_abs_err
 from artifact.paths import get_path
 from artifact.reference import fullstate_decode, replay_decode
 from artifact.workload import GEOMETRIES, LINEAGES, Geometry, make_workload
@@ -320,6 +320,42 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T):
         assert torch.equal(st1.anc, st0.anc)
         for a, b in zip(st1.store.tensors(), st0.store.tensors()):
             assert torch.equal(a, b)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,R,W,T", [("qwen3_5_0_8b", 4, 512, 6), ("qwen3_5_9b", 3, 192, 5),
+                                        ("qwen3_5_397b", 2, 64, 4), ("kimi_linear", 1, 128, 6)])
+def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
+    """The warp-specialised Gluon kernel (config ws, kernels/onela_ws.py) in each mode -- after the prep kernel,
+    the whole step, every step -- passes the FP32 FullState gate, writes the Triton kernels' ancestry exactly and
+    their GTRs to within bf16 rounding (the one-launch modes form the norms and dots in another order), and its
+    captured graph (PDL launches) replays bit for bit. The interpreter cannot run Gluon: this is its correctness
+    test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share key heads."""
+    from artifact.measure import _capture
+    from kernels.bench import _ConfiguredOneLA
+    wl = make_workload(name, R, W, T, lineage="beam", seed=5, device="cuda")
+    ref = fullstate_decode(wl)
+    base = _ConfiguredOneLA({})
+    base.prepare(wl)
+    base.run(wl)
+    for mode in ("main", "step", "all"):
+        path = _ConfiguredOneLA({"ws": mode})
+        path.prepare(wl)
+        graph, out = _capture(path, wl)
+        replays = []
+        for _ in range(4):
+            out.fill_(math.nan)
+            graph.replay()
+            replays.append(out.clone())
+        torch.cuda.synchronize()
+        assert f"ws_{mode}" in path.stepper.kernel_info, (mode, path.stepper.kernel_info)
+        assert max_abs_err(replays[0], ref) <= DEFAULT_TOLERANCE, mode
+        for o in replays[1:]:
+            assert torch.equal(o, replays[0]), mode
+        assert torch.equal(path.stepper.anc, base.stepper.anc), mode
+        for a, b in zip(path.stepper.store.tensors(), base.stepper.store.tensors()):
+            a, b = a.float(), b.float()
+            assert ((a - b).abs() <= 2 ** -6 * b.abs() + 1e-4 * b.abs().max()).all(), (mode, a.shape)
 
 
 def test_inspect_compiles_hopper_kernels_without_a_gpu():
