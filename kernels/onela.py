@@ -475,7 +475,12 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     spans K and a key head has at most G = 2 value heads): step 0 is one launch, the main kernel doing the prep
     kernel's step-0 work -- 1.2-6.0 % faster at the four Qwen3.5-0.8B cells in one run; with G = 4 (qwen3_5_397b,
     range_hk4_hv16) the operator rows ran up to 7 % slower than two launches', so G > 2 keeps them
-    (kernels/NOTES.md)."""
+    (kernels/NOTES.md).
+    ws (stop 23, K = V = 128; kernels/onela_ws.py): the warp-specialised Gluon kernel on Hopper wherever it applies
+    (W a multiple of 64, bf16 [R, W, H, D] rows; elsewhere the Triton kernels above run) -- "all", one launch per
+    step, at G <= 2: 11-18 % faster than the Triton kernels at the four Qwen3.5-0.8B cells in one run; "main"
+    (after the Triton prep kernel) at G > 2, where the one-launch kernel would gather each key head's k-hat rows
+    G times: 4-12 % faster at qwen3_5_397b R=4 and at R=16 O=7, 1.6 % slower at R=16 O=3 (kernels/NOTES.md)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 else 64
@@ -489,7 +494,8 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
-            "fuse_step0": bk == K and G <= 2, "ws": "off", "ws_ring": None, "ws_regs": 88, "ws_maxnreg": 168}
+            "fuse_step0": bk == K and G <= 2, "ws": ("all" if G <= 2 else "main") if K == V == 128 else "off", "ws_ring": None, "ws_regs": 88,
+            "ws_maxnreg": 168}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane
@@ -554,6 +560,8 @@ class OneLAStepper(Stepper):
             torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
         if self.config["ws"] not in _WS:
             raise ValueError(f"onela: ws={self.config['ws']!r} unknown; one of {sorted(_WS)}")
+        if "ws" not in (config or {}) and (self.config["s_lo"] != "none" or self.config["fused"]):
+            self.config["ws"] = "off"       # a config asking for another projection or v6 asks for the Triton kernels
         if self.config["ws"] != "off" and (self.config["s_lo"] != "none" or self.config["fused"]):
             raise ValueError("onela: ws (the warp-specialised main kernel) projects against S in bf16 with the "
                              f"two-launch kernels: needs s_lo 'none' and fused False, got {self.config['s_lo']!r}, "
@@ -612,10 +620,11 @@ class OneLAStepper(Stepper):
         return out
 
     def persistent_bytes(self):
-        """S_ctx + GTR store + ancestry. The coefficient workspace (3 + 2T fp32 per beam and value head, 1.9
+        """S_ctx (with ws also its bf16 rounding, which that kernel reads) + GTR store + ancestry. The coefficient workspace (3 + 2T fp32 per beam and value head, 1.9
         MiB at R=4 W=512 O=7) is rewritten every step, scratch rather than recurrent state, and not counted."""
         geo = self.geometry
-        return self.R * geo.hv * geo.v * geo.k * 4 + self.store.nbytes + self.anc.numel() * 4
+        s_copy = self.s_bf16.numel() * 2 if getattr(self, "s_bf16", None) is not None else 0   # ws: S in bf16 too
+        return self.R * geo.hv * geo.v * geo.k * 4 + s_copy + self.store.nbytes + self.anc.numel() * 4
 
     def written_bytes(self):
         """Recurrent-state bytes stored: every GTR once (the int32 ancestry rows, 0.12 MiB at R=4 W=512 O=7,

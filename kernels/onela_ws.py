@@ -330,10 +330,8 @@ def _onela_main_ws_kernel(
     aux = gl.allocate_shared_memory(gl.float32, [6 * TPC, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     o_smem = gl.allocate_shared_memory(out_desc.dtype, [BB, V], out_desc.layout)
     d_smem = gl.allocate_shared_memory(gl.bfloat16, [BB, V], dst_desc.layout)
-    if FUSE:
-        kh_smem = gl.allocate_shared_memory(gl.bfloat16, [BB, K], khat_desc.layout)
-    else:
-        kh_smem = d_smem            # unused
+    kh_smem = d_smem    # FUSE's k-hat_t record goes out through d_smem: each tile's k-hat_t store is waited for before
+    #                     its delta_t is written there (the epilogue's store_wait), so the two never overlap
     s_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     s_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     qk_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -365,6 +363,8 @@ def _onela_main_ws_kernel(
 
 def ws_supports(geo, W: int, q, v, out) -> str | None:
     """Why the warp-specialised main kernel cannot run this step (None: it can)."""
+    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
+        return f"ws: needs a Hopper GPU (wgmma, TMA), not {q.device}"
     if geo.k != 128 or geo.v != 128:
         return f"ws: K={geo.k}, V={geo.v} (needs 128, 128)"
     if W % BB_TILE:
@@ -402,6 +402,6 @@ def launch_ws(st, t, q, k, v, g, beta, parents, anc_prev, anc_cur, out, cfg: dic
         q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_prev if fuse else anc_cur, parents, anc_cur,
         st.store.alpha, g, st.store.khat, st.coef, beta, st.store.delta, v,
         R, W, geo.hv, st.T, nt, v.stride(0), v.stride(1), v.stride(2),
-        K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or (4 if fuse else 5), TP=max(2, pow2(max(t, 1))),
+        K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5, TP=max(2, pow2(max(t, 1))),
         TPC=max(2, pow2(t + 1)), PWARPS=4, PREGS=cfg["ws_regs"], PDL_NEXT=bool(cfg["pdl_next_step"]),
         FUSE=fuse, num_warps=8, maxnreg=cfg["ws_maxnreg"], launch_pdl=bool(cfg["pdl"]))
