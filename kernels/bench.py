@@ -118,9 +118,8 @@ def _label(cfg: dict, K: int) -> str:
     text += f",lo_{cfg['s_lo']}" if "s_lo" in cfg else ""
     text += {True: ",fuse0", False: ",nofuse0"}.get(cfg.get("fuse_step0"), "")
     text += f",pw{cfg['prep_warps']}" if "prep_warps" in cfg else ""
-    if cfg.get("ws", "off") != "off":   # the warp-specialised kernel (kernels/onela_ws.py)
-        text += f",ws_{cfg['ws']}" + "".join(f"_{k[3:]}{cfg[k]}" for k in ("ws_ring", "ws_regs", "ws_maxnreg")
-                                              if k in cfg)
+    ws_keys = [k for k in ("ws", "ws_ring", "ws_regs", "ws_maxnreg") if k in cfg]     # kernels/onela_ws.py
+    text += "".join(f",{k}_{cfg[k]}" for k in ws_keys)
     return text.strip(",")
 
 

@@ -9,8 +9,10 @@ way, kernels/NOTES.md). The launch parameters come from `kernels.onela.step_laun
 stepper launches with, and pointer / stride arguments are marked 16-divisible as Triton's launcher specialises
 them for real tensors (without that, loads compile unvectorised and the counts are meaningless). The numbers
 match what the H200 reported for the same configs (e.g. main 173 / 174 registers at K = 256; at K = 128 step 5,
-255 registers and 40 bytes spilled where `kernels.bench` printed 10 spilled 4-byte registers). This is a
-compile report, not a timing.
+255 registers and 40 bytes spilled where `kernels.bench` printed 10 spilled 4-byte registers). Where the
+warp-specialised Gluon kernel runs instead (config ws, kernels/onela_ws.py) it is compiled with the parameters of
+`kernels.onela_ws.ws_launch_params` and reported as `ws` (registers: the launch's maxnreg; the partitions' split
+is set inside it). This is a compile report, not a timing.
 """
 from __future__ import annotations
 
@@ -25,16 +27,29 @@ import tempfile
 import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
+from triton.experimental.gluon._runtime import GluonASTSource
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from artifact.workload import get_geometry
 from kernels.onela import _onela_fused_kernel, _onela_main_kernel, _onela_prep_kernel, launch_config, step_launches
+from kernels.onela_ws import BB_TILE, _onela_main_ws_kernel, ws_launch_params, ws_mode
 
-KERNELS = {"prep": _onela_prep_kernel, "main": _onela_main_kernel, "fused": _onela_fused_kernel}
+KERNELS = {"prep": _onela_prep_kernel, "main": _onela_main_kernel, "fused": _onela_fused_kernel,
+           "ws": _onela_main_ws_kernel}
 # runtime (non-constexpr) arguments: pointer dtype, or "i32"; T_CAP is the only int not 16-divisible in general
 _PTR = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "out_ptr": "*bf16", "delta_ptr": "*bf16",
         "khat_ptr": "*bf16", "beta_ptr": "*fp32", "g_ptr": "*fp32", "s_ptr": "*fp32", "coef_ptr": "*fp32",
         "alpha_ptr": "*fp32", "anc_ptr": "*i32", "par_ptr": "*i32", "anc_prev_ptr": "*i32", "anc_next_ptr": "*i32"}
-_ORDER = re.compile(r"\b(LDGSTS|LDG|STG|HGMMA|F2FP|F2F|BAR\.SYNC|LDS|STS)\b")
+
+
+def _tensordesc(block) -> str:
+    """The signature type of a bf16 TMA descriptor argument with this block (as the launcher mangles it)."""
+    import torch
+    from triton.experimental.gluon import language as gl
+    from triton.runtime.jit import mangle_type
+    return mangle_type(TensorDescriptor(torch.zeros(block, dtype=torch.bfloat16), list(block), [block[1], 1],
+                                        list(block), gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)))
+_ORDER = re.compile(r"\b(LDGSTS|LDG|STG|HGMMA|F2FP|F2F|BAR\.SYNC|LDS|STS|UTMALDG|UTMASTG)\b")
 
 
 def _nvidia_tool(name: str) -> str:
@@ -60,11 +75,15 @@ def compile_kernel(name: str, const: dict, opts: dict) -> dict:
         if arg in const:
             sig[arg] = "constexpr"
             continue
+        if arg.endswith("_desc"):       # the ws kernel's TMA descriptors: S tiles [V, K], the others [64, D]
+            sig[arg] = _tensordesc([const["V"], const["K"]] if arg == "s_desc" else [BB_TILE, const["K"]])
+            continue
         sig[arg] = _PTR.get(arg, "i32")
         if arg != "T_CAP":
             attrs[(i,)] = [["tt.divisibility", 16]]
-    options = {k: v for k, v in opts.items() if k in ("num_warps", "num_stages")}
-    ck = triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=options)
+    options = {k: v for k, v in opts.items() if k in ("num_warps", "num_stages", "maxnreg")}
+    source = GluonASTSource if name == "ws" else ASTSource
+    ck = triton.compile(source(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=options)
     cubin = ck.asm["cubin"]
     usage = _cuobjdump(cubin, "--dump-resource-usage")
     return {"registers": int(re.search(r"REG:(\d+)", usage).group(1)),
@@ -107,11 +126,20 @@ def main(argv=None) -> int:
     cfg = {**default, **args.config}
     print(f"{args.geometry} R={args.R} W={args.W} O={args.O} sm_90a; config overrides {args.config or 'none'}")
     for t in args.steps if args.steps is not None else range(args.O - 1):
-        for name, (grid, const, opts) in step_launches(cfg, geo, args.R, args.W, t, interpret=False).items():
+        launches = step_launches(cfg, geo, args.R, args.W, t, interpret=False)
+        ws = ws_mode(cfg, t, "prep" in launches) if geo.k == geo.v == 128 and args.W % BB_TILE == 0 else None
+        if ws is not None:          # what OneLAStepper.step launches instead (kernels/onela_ws.py)
+            launches.pop("main")
+            if ws == "step":
+                launches.pop("prep", None)
+            grid, params = ws_launch_params(cfg, geo, args.R, args.W, t, ws, 132)
+            opts = {k: params.pop(k) for k in ("num_warps", "maxnreg")}
+            launches["ws"] = (grid, params, opts)
+        for name, (grid, const, opts) in launches.items():
             rep = compile_kernel(name, const, opts)
             print(f"step {t} {name:5s} grid {grid}: {rep['registers']} registers, {rep['spill_bytes']} bytes "
                   f"spilled, {rep['shared_bytes']} bytes shared", flush=True)
-            if args.order and name in ("main", "fused"):
+            if args.order and name in ("main", "fused", "ws"):
                 print("  " + issue_order(rep["cubin"]), flush=True)
     return 0
 

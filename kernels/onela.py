@@ -33,6 +33,7 @@ from triton.language.extra import cuda as tl_cuda
 from artifact.ancestry import build as build_ancestry
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
+from kernels.onela_ws import launch_ws, ws_mode, ws_supports
 
 
 @triton.jit
@@ -583,20 +584,9 @@ class OneLAStepper(Stepper):
         check_step(self, t, q, k, v, g, beta, parents, out)
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
         launches = step_launches(self.config, geo, R, W, t, q.dtype == torch.bfloat16)
-        ws = self.config["ws"]
-        if ws != "off" and ("prep" in launches or ws == "all") and not _INTERPRET:
-            from kernels.onela_ws import launch_ws, ws_supports
-            if ws_supports(geo, W, q, v, out) is None:
-                if ws == "main":
-                    grid, const, opts = launches["prep"]
-                    kern = _onela_prep_kernel[grid](
-                        q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,
-                        R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2), **const, **opts)
-                    self._note_kernel("prep", kern)
-                kern = launch_ws(self, t, q, k, v, g, beta, parents, anc_prev, anc_cur, out, self.config,
-                                 fuse=ws != "main")
-                self._note_kernel(f"ws_{ws}", kern)
-                return out
+        ws = None if _INTERPRET else ws_mode(self.config, t, "prep" in launches)   # the interpreter runs no Gluon
+        if ws is not None and ws_supports(geo, W, q, v, out) is not None:
+            ws = None       # a shape the Gluon kernel does not take runs the Triton kernels
         if "fused" in launches:
             grid, const, opts = launches["fused"]
             kern = _onela_fused_kernel[grid](
@@ -605,12 +595,16 @@ class OneLAStepper(Stepper):
                 q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
             self._note_kernel("fused", kern)
             return out
-        if "prep" in launches:      # not at step 0 under fuse_step0 (the main kernel does its work)
+        if "prep" in launches and ws != "step":     # not at step 0 under fuse_step0 (the main kernel does its work)
             grid, const, opts = launches["prep"]
             kern = _onela_prep_kernel[grid](
                 q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,
                 R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2), **const, **opts)
             self._note_kernel("prep", kern)
+        if ws is not None:          # the warp-specialised kernel (kernels/onela_ws.py)
+            kern = launch_ws(self, t, q, k, v, g, beta, parents, anc_prev, anc_cur, out, self.config, ws)
+            self._note_kernel(f"ws_{self.config['ws']}", kern)
+            return out
         grid, const, opts = launches["main"]
         kern = _onela_main_kernel[grid](
             q, k, v, g, beta, self.s_ctx, anc_cur, self.coef, self.store.alpha, self.store.khat, self.store.delta,
@@ -620,8 +614,9 @@ class OneLAStepper(Stepper):
         return out
 
     def persistent_bytes(self):
-        """S_ctx (with ws also its bf16 rounding, which that kernel reads) + GTR store + ancestry. The coefficient workspace (3 + 2T fp32 per beam and value head, 1.9
-        MiB at R=4 W=512 O=7) is rewritten every step, scratch rather than recurrent state, and not counted."""
+        """S_ctx (with ws also its bf16 rounding, which that kernel reads) + GTR store + ancestry. The coefficient
+        workspace (3 + 2T fp32 per beam and value head, 1.9 MiB at R=4 W=512 O=7) is rewritten every step, scratch
+        rather than recurrent state, and not counted."""
         geo = self.geometry
         s_copy = self.s_bf16.numel() * 2 if getattr(self, "s_bf16", None) is not None else 0   # ws: S in bf16 too
         return self.R * geo.hv * geo.v * geo.k * 4 + s_copy + self.store.nbytes + self.anc.numel() * 4

@@ -384,9 +384,30 @@ def _desc(x2d: torch.Tensor, block):
     return TensorDescriptor(x2d, list(x2d.shape), list(x2d.stride()), list(block), layout)
 
 
-def launch_ws(st, t, q, k, v, g, beta, parents, anc_prev, anc_cur, out, cfg: dict, fuse: bool):
-    """Launch step t's warp-specialised kernel for OneLAStepper `st`: the main kernel after the prep kernel, or
-    with `fuse` the whole step (no prep launch)."""
+def ws_mode(cfg: dict, t: int, has_prep: bool) -> str | None:
+    """Which warp-specialised launch step t runs under config `cfg` ("main" after the prep kernel, "step" the
+    whole step), or None for the Triton kernels. `has_prep`: the Triton launch plan of step t has a prep kernel
+    (not step 0 under fuse_step0, which "all" takes over too). Shape support is `ws_supports`'s."""
+    ws = cfg["ws"]
+    if ws == "off" or not (has_prep or ws == "all"):
+        return None
+    return "main" if ws == "main" else "step"
+
+
+def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: int) -> tuple[tuple, dict]:
+    """(grid, constexpr arguments and launch options) of step t's warp-specialised kernel: one place for
+    `launch_ws` and `kernels.inspect`."""
+    pow2 = lambda x: 1 << (x - 1).bit_length()      # noqa: E731
+    nt = R * geo.hv * (W // BB_TILE)
+    const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5, TP=max(2, pow2(max(t, 1))),
+                 TPC=max(2, pow2(t + 1)), PWARPS=4, PREGS=cfg["ws_regs"], PDL_NEXT=bool(cfg["pdl_next_step"]),
+                 FUSE=mode == "step")
+    return (min(nt, n_sm),), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
+
+
+def launch_ws(st, t, q, k, v, g, beta, parents, anc_prev, anc_cur, out, cfg: dict, mode: str):
+    """Launch step t's warp-specialised kernel for OneLAStepper `st`: in mode "main" the main kernel after the
+    prep kernel, in mode "step" the whole step (no prep launch)."""
     geo, R, W = st.geometry, st.R, st.W
     rows = R * W
     q_desc = _desc(q.as_strided((rows, geo.hk * geo.k), (q.stride(1), 1)), [BB_TILE, geo.k])
@@ -395,13 +416,9 @@ def launch_ws(st, t, q, k, v, g, beta, parents, anc_prev, anc_cur, out, cfg: dic
     out_desc = _desc(out.view(rows, geo.hv * geo.v), [BB_TILE, geo.v])
     dst_desc = _desc(st.store.delta.view(st.T * rows, geo.hv * geo.v), [BB_TILE, geo.v])
     khat_desc = _desc(st.store.khat.view(st.T * rows, geo.hk * geo.k), [BB_TILE, geo.k])
+    grid, params = ws_launch_params(cfg, geo, R, W, t, mode, st.n_sm)
     nt = R * geo.hv * (W // BB_TILE)
-    grid = (min(nt, st.n_sm),)
-    pow2 = lambda x: 1 << (x - 1).bit_length()      # noqa: E731
     return _onela_main_ws_kernel[grid](
-        q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_prev if fuse else anc_cur, parents, anc_cur,
-        st.store.alpha, g, st.store.khat, st.coef, beta, st.store.delta, v,
-        R, W, geo.hv, st.T, nt, v.stride(0), v.stride(1), v.stride(2),
-        K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5, TP=max(2, pow2(max(t, 1))),
-        TPC=max(2, pow2(t + 1)), PWARPS=4, PREGS=cfg["ws_regs"], PDL_NEXT=bool(cfg["pdl_next_step"]),
-        FUSE=fuse, num_warps=8, maxnreg=cfg["ws_maxnreg"], launch_pdl=bool(cfg["pdl"]))
+        q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_cur if mode == "main" else anc_prev, parents,
+        anc_cur, st.store.alpha, g, st.store.khat, st.coef, beta, st.store.delta, v,
+        R, W, geo.hv, st.T, nt, v.stride(0), v.stride(1), v.stride(2), **params, launch_pdl=bool(cfg["pdl"]))

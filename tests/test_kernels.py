@@ -400,3 +400,16 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
 
     assert loads_before_first_convert("{}") >= 16
     assert loads_before_first_convert('{"qk_first": false}') < 16
+
+    # the warp-specialised Gluon kernel (the interpreter cannot run it; this is its CPU check): what the stepper
+    # launches per mode, no spills at the deepest step (the register split of stop 23), shared memory in the
+    # 227 KB an sm_90 block may take, and its async machinery in the SASS (TMA loads, cp.async gathers, wgmma)
+    for geometry, mode, kernels in (("qwen3_5_0_8b", "all", ["ws"]), ("qwen3_5_397b", "main", ["prep", "ws"])):
+        out = inspect("--geometry", geometry, "--O", "7", "--steps", "0", "5", "--order")
+        for step in (0, 5):
+            lines = [ln for ln in out if ln.startswith(f"step {step} ")]
+            assert [ln.split()[2] for ln in lines] == kernels, (geometry, step, out)
+            ws = lines[-1]
+            assert " 0 bytes spilled" in ws and int(ws.split(", ")[-1].split()[0]) <= 227 * 1024, ws
+        order = out[out.index(ws) + 1]
+        assert all(op in order for op in ("UTMALDG", "LDGSTS", "HGMMA", "UTMASTG")), order
