@@ -1,0 +1,54 @@
+"""Correctness of the `onela` path's default over the operator suite's shapes, no timing:
+`python -m kernels.suite_check [--geometry G ...]`.
+
+The GPU check of a kernel change before its timed sweep: for each geometry (default: the K = V = 128 ones, where
+the warp-specialised kernel runs) x R {4, 8, 16} x W {128, 256, 512} x T {2..6} -- the suite's shapes -- it runs
+the sweep's gate (`artifact.measure.check_and_time`: graph-captured decode, poisoned output, max |o - o_ref|
+against FP32 FullState <= 4.88e-4) and prints one line per shape with the kernels that ran and the worst error
+so far. T = 6 first: it compiles every step. A failed shape is printed, not raised.
+"""
+from __future__ import annotations
+
+import argparse
+import itertools
+import sys
+import time
+
+import torch
+
+from artifact.measure import DEFAULT_TOLERANCE, check_and_time
+from artifact.reference import fullstate_decode
+from artifact.workload import make_workload
+from kernels.bench import _ConfiguredOneLA
+
+K128 = ["qwen3_5_0_8b", "kimi_linear", "qwen3_5_9b", "qwen3_5_27b", "qwen3_5_397b"]
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--geometry", nargs="+", default=K128)
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("kernels.suite_check needs a CUDA GPU", file=sys.stderr)
+        return 2
+    worst, n, failed, t0 = 0.0, 0, 0, time.time()
+    for T, R, W, geo in itertools.product([6, 2, 3, 4, 5], [4, 8, 16], [128, 256, 512], args.geometry):
+        wl = make_workload(geo, R, W, T, lineage="beam", seed=0, device="cuda")
+        ref = fullstate_decode(wl)
+        path = _ConfiguredOneLA()
+        res = check_and_time(path, wl, ref, DEFAULT_TOLERANCE, time_it=False)
+        n += 1
+        failed += res.status != "ok"
+        worst = max(worst, res.max_abs_err)
+        print(f"{geo} R={R} W={W} T={T} {res.status} err={res.max_abs_err:.3e} "
+              f"kernels={','.join(sorted(path.stepper.kernel_info))} "
+              f"[{n} shapes, worst {worst:.3e}, {time.time() - t0:.0f}s]{' ' + res.reason if res.reason else ''}",
+              flush=True)
+        del wl, ref, path
+        torch.cuda.empty_cache()
+    print(f"{n} shapes, {failed} failed, worst {worst:.3e}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
