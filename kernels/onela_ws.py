@@ -1,20 +1,26 @@
-"""OneLA's main kernel, warp-specialised (Gluon, Hopper): config `ws` of the `onela` path (kernels/NOTES.md, stop 23).
+"""OneLA's decode step, warp-specialised (Gluon, Hopper): config `ws` of the `onela` path (kernels/NOTES.md, stop 23).
 
 The Triton main kernel (kernels/onela.py) runs, per warp, the chain load q, k -> MMA -> gather the ancestral delta
 rows -> epilogue -> store, at 8 warps per SM: latency-bound (stop 21's ncu: 1.9 active warps per scheduler, 40 %
 of stalls on global-load scoreboards). Here each persistent program (one per SM) splits the work by role:
 - a producer warpgroup issues every load: the S_ctx tile (bf16, TMA, once per (request, value head)), each beam
-  tile's q and k (TMA, two stages), then per depth the ancestral delta rows gathered through the ancestry row
-  and finally the tile's v (cp.async, into a ring of NR [BB, V] bf16 entries);
-- the default warpgroup consumes them: both projections on the tensor cores (wgmma against the S tile in shared
-  memory), the closed-form replay from the ring, delta_t and o_t, stored by TMA from shared memory.
+  tile's q and k (TMA, two stages), then the ancestral rows gathered through the ancestry row and finally the
+  tile's v (cp.async, into a ring of NR [BB, 128] bf16 entries);
+- the default partition (two warpgroups, each owning half of the V columns) consumes them: both projections on
+  the tensor cores (wgmma against the S tile in shared memory), the closed-form replay from the ring, delta_t and
+  o_t, stored by TMA from shared memory.
 They meet at mbarriers (ready / empty per stage), so the producer runs up to NR + 2 loads ahead of the math.
-Same math, coefficients and record layout as the Triton main kernel; the prep kernel is unchanged.
+Two modes (FUSE): after the Triton prep kernel, reading its coefficient table ("main"), or the whole step in one
+launch ("step"): the producer then also builds the ancestry row, gathers the ancestral alphas and forms their
+products (`_key_scalars`), and puts each depth's k-hat rows in the ring ahead of the delta rows, from which the
+consumer forms the norms and k-hat . q-hat, k-hat . k-hat itself and writes the k-hat_t record. Same math and
+record layout as the Triton kernels.
 
-Applies (`ws_supports`) where K = V = 128, W is a multiple of the 64-beam tile (no partial tiles: the TMA boxes
-are 2-D over [R * W, H * D] views) and q, k, v, out are laid out as contiguous [R, W, H, D] rows. S_ctx is read
-as its bf16 rounding -- the `s_lo: none` projection the K = 128 default already uses -- from a copy made at
-reset (the stepper keeps the fp32 state too). The interpreter does not run Gluon: its tests are GPU tests.
+Applies (`ws_supports`) on Hopper where K = V = 128, W is a multiple of the 64-beam tile (no partial tiles: the
+TMA boxes are 2-D over [R * W, H * D] views) and q, k, v, out are contiguous bf16 [R, W, H, D] rows. S_ctx is
+read as its bf16 rounding -- the `s_lo: none` projection the K = 128 Triton default uses too -- from a copy made
+at reset (the stepper keeps the fp32 state for the Triton fallback). The interpreter does not run Gluon: its
+correctness tests are GPU tests; CI compiles it for sm_90a through `kernels.inspect`.
 """
 from __future__ import annotations
 
