@@ -33,7 +33,7 @@ from triton.language.extra import cuda as tl_cuda
 from artifact.ancestry import build as build_ancestry
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
-from kernels.onela_ws import launch_ws, ws_mode, ws_supports
+from kernels.onela_ws import launch_ws, ws_mode, ws_shape_supports, ws_supports
 
 
 @triton.jit
@@ -576,7 +576,8 @@ class OneLAStepper(Stepper):
 
     def reset(self, s_ctx, tail=None):
         self.s_ctx = check_reset(self, s_ctx, tail)
-        if self.config["ws"] != "off":  # the warp-specialised kernel loads S's bf16 rounding by TMA (kernels/onela_ws.py)
+        # the warp-specialised kernel loads S's bf16 rounding by TMA (kernels/onela_ws.py): made where it can run
+        if self.config["ws"] != "off" and ws_shape_supports(self.geometry, self.W, self.device) is None:
             self.s_bf16 = self.s_ctx.to(torch.bfloat16)
 
     def step(self, t, q, k, v, g, beta, parents, out):

@@ -367,14 +367,24 @@ def _onela_main_ws_kernel(
     ], [PWARPS], [PREGS])
 
 
-def ws_supports(geo, W: int, q, v, out) -> str | None:
-    """Why the warp-specialised main kernel cannot run this step (None: it can)."""
-    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
-        return f"ws: needs a Hopper GPU (wgmma, TMA), not {q.device}"
+def ws_shape_supports(geo, W: int, device) -> str | None:
+    """Why the warp-specialised kernel cannot run any step of this decode shape (None: it can, given inputs
+    `ws_supports` accepts)."""
+    device = torch.device(device)
+    if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
+        return f"ws: needs a Hopper GPU (wgmma, TMA), not {device}"
     if geo.k != 128 or geo.v != 128:
         return f"ws: K={geo.k}, V={geo.v} (needs 128, 128)"
     if W % BB_TILE:
         return f"ws: W={W} not a multiple of {BB_TILE}"
+    return None
+
+
+def ws_supports(geo, W: int, q, v, out) -> str | None:
+    """Why the warp-specialised kernel cannot run this step (None: it can)."""
+    reason = ws_shape_supports(geo, W, q.device)
+    if reason:
+        return reason
     R = q.shape[0]
     for name, x in (("q", q), ("v", v), ("out", out)):
         if x.stride(-1) != 1 or x.stride(-2) != x.shape[-1] or x.stride(1) != x.shape[2] * x.shape[3] \
