@@ -479,9 +479,12 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     (kernels/NOTES.md).
     ws (stop 23, K = V = 128; kernels/onela_ws.py): the warp-specialised Gluon kernel on Hopper wherever it applies
     (W a multiple of 64, bf16 [R, W, H, D] rows; elsewhere the Triton kernels above run) -- "all", one launch per
-    step, at G <= 2: 11-18 % faster than the Triton kernels at the four Qwen3.5-0.8B cells in one run; "main"
+    step, at G <= 2: 0.82-0.87x the Triton kernels' time at the four Qwen3.5-0.8B cells in one run; "main"
     (after the Triton prep kernel) at G > 2, where the one-launch kernel would gather each key head's k-hat rows
-    G times: 4-12 % faster at qwen3_5_397b R=4 and at R=16 O=7, 1.6 % slower at R=16 O=3 (kernels/NOTES.md)."""
+    G times: 0.88-0.96x at qwen3_5_397b R=4 and R=16 O=7, 1.016x at R=16 O=3 (kernels/NOTES.md). Its ring of
+    gathered rows takes ws_ring entries (None: 5, what shared memory allows; 4 timed -0.7 to +1.6 %, 3 0-3 %
+    slower), the producer warpgroup ws_regs registers (88: no spills at step 5), the launch ws_maxnreg (168 x 12
+    warps fills the register file of one SM)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 else 64
@@ -495,8 +498,8 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
-            "fuse_step0": bk == K and G <= 2, "ws": ("all" if G <= 2 else "main") if K == V == 128 else "off", "ws_ring": None, "ws_regs": 88,
-            "ws_maxnreg": 168}
+            "fuse_step0": bk == K and G <= 2, "ws": ("all" if G <= 2 else "main") if K == V == 128 else "off",
+            "ws_ring": None, "ws_regs": 88, "ws_maxnreg": 168}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane
@@ -535,8 +538,9 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
 
 
 class OneLAStepper(Stepper):
-    """Shared S_ctx + append-only GtrStore + [R, W, T] ancestry (two ping-pong tables); two launches per step
-    (key-axis prep, then the shared-context main kernel) and a small per-step coefficient workspace."""
+    """Shared S_ctx + append-only GtrStore + [R, W, T] ancestry (two ping-pong tables); per step the
+    warp-specialised kernel where it applies (one launch, or after the prep kernel: config ws), else two Triton
+    launches (key-axis prep, then the shared-context main kernel), and a small per-step coefficient workspace."""
 
     def __init__(self, geometry, R, W, T, device, config: dict | None = None):
         super().__init__(geometry, R, W, T, device)
@@ -568,6 +572,7 @@ class OneLAStepper(Stepper):
                              f"two-launch kernels: needs s_lo 'none' and fused False, got {self.config['s_lo']!r}, "
                              f"{self.config['fused']}")
         self.n_sm = n_sm
+        self.s_bf16 = None              # S_ctx's bf16 rounding, made at reset where the ws kernel runs
         self.kernel_info: dict = {}     # kernel name -> (registers, spilled 4-byte registers) of its last compile
 
     def _note_kernel(self, name, kern):
@@ -619,7 +624,7 @@ class OneLAStepper(Stepper):
         workspace (3 + 2T fp32 per beam and value head, 1.9 MiB at R=4 W=512 O=7) is rewritten every step, scratch
         rather than recurrent state, and not counted."""
         geo = self.geometry
-        s_copy = self.s_bf16.numel() * 2 if getattr(self, "s_bf16", None) is not None else 0   # ws: S in bf16 too
+        s_copy = self.s_bf16.numel() * 2 if self.s_bf16 is not None else 0      # ws: S in bf16 too
         return self.R * geo.hv * geo.v * geo.k * 4 + s_copy + self.store.nbytes + self.anc.numel() * 4
 
     def written_bytes(self):
@@ -680,7 +685,7 @@ def onela_supports(geometry, device) -> str | None:
 
 
 class OneLAPath(StepperPath):
-    """The fused shared-context OneLA kernels over all T steps (two launches per step, graph-capturable)."""
+    """The fused shared-context OneLA kernels over all T steps (one or two launches per step, graph-capturable)."""
 
     name = "onela"
     stepper_cls = OneLAStepper

@@ -163,8 +163,8 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
     tcol = gl.arange(0, TP, layout=gl.SliceLayout(0, sl))
     tile0, tile1, NBT = _tiles(NT, W, BB)
     zero = tile0 * 0                # int32 counters (a literal 0 would be a constexpr)
-    prev_head, s_cnt, qk_cnt = _issue_s_qk(tile0, zero - 1, zero, zero, NBT, W, HV, s_desc, q_desc, k_desc, s_smem, q_smem,
-                                           k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, V, BB)
+    prev_head, s_cnt, qk_cnt = _issue_s_qk(tile0, zero - 1, zero, zero, NBT, W, HV, s_desc, q_desc, k_desc, s_smem,
+                                           q_smem, k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, V, BB)
     _gdc_wait()     # the prep kernel's ancestry rows and every earlier step's records are written
     slots = _load_slots(anc_ptr, par_ptr, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl, FUSE)
     a_cnt = zero
