@@ -154,8 +154,9 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
               G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, BB: gl.constexpr,
               NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr):
     """Every load of the program, in the order the consumer uses them, one tile of q, k ahead. With FUSE also
-    the key-axis work of the prep kernel (`_key_scalars`) and the ancestral k-hat rows, each before its depth's
-    delta rows in the ring."""
+    the key-axis work of the prep kernel (`_key_scalars`, after the tile's k-hat gathers are issued) and the
+    ancestral k-hat rows, every depth's ahead of the tile's delta rows in the ring (the consumer forms all dots
+    before its projections)."""
     gat: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [PWARPS, 1], [1, 0])
     sl: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [PWARPS, 1], [1, 0])   # rows as in `gat`
     row_l: gl.constexpr = gl.SliceLayout(1, gat)
