@@ -298,29 +298,38 @@ def test_every_tune_config_gives_the_default_outputs(K, V, device):
         assert (out - base).abs().max().item() <= 2e-4 * base.abs().max().item(), cfg
 
 
+def _graph_replays(cfg, wl, n):
+    """The `onela` path under launch config `cfg`: its T-step decode captured in one CUDA graph and replayed n
+    times into a NaN-poisoned output; returns (stepper, [output of each replay])."""
+    from artifact.measure import _capture
+    from kernels.bench import _ConfiguredOneLA
+    path = _ConfiguredOneLA(cfg)
+    path.prepare(wl)
+    graph, out = _capture(path, wl)
+    replays = []
+    for _ in range(n):
+        out.fill_(math.nan)
+        graph.replay()
+        replays.append(out.clone())
+    torch.cuda.synchronize()
+    return path.stepper, replays
+
+
 @pytest.mark.gpu
+@pytest.mark.parametrize("ws", ["off", "default"])
 @pytest.mark.parametrize("R,W,T", [(4, 512, 6), (2, 37, 5)])
-def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T):
+def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T, ws):
     """v8 (config pdl: each launch may start while the previous one finishes, its reads of this step's inputs
     before the grid-dependency wait and everything else after it) changes no result: a CUDA graph of the
     T-step decode, replayed many times, writes bit for bit the outputs, GTRs and ancestry of the plain
-    launches -- a read moved above the wait that depends on the previous launch would show as a mismatch."""
-    from artifact.measure import _capture
-    from kernels.bench import _ConfiguredOneLA
+    launches -- a read moved above the wait that depends on the previous launch would show as a mismatch.
+    For the Triton kernels (ws off) and the default, which at W=512 is the warp-specialised kernel (stop 23)."""
     wl = make_workload("qwen3_5_0_8b", R, W, T, lineage="beam", seed=R + W, device="cuda")
     results = []
     # 1: wait after the first projections, 2: before them; pdl_next_step False: the next step's prep not early
     for cfg in ({"pdl": 0}, {"pdl": 1}, {"pdl": 2}, {"pdl": 2, "pdl_next_step": False}):
-        path = _ConfiguredOneLA(cfg)
-        path.prepare(wl)
-        graph, out = _capture(path, wl)
-        replays = []
-        for _ in range(8):
-            out.fill_(math.nan)
-            graph.replay()
-            replays.append(out.clone())
-        torch.cuda.synchronize()
-        results.append((cfg, path.stepper, replays))
+        cfg = {**cfg, "ws": "off"} if ws == "off" else cfg
+        results.append((cfg, *_graph_replays(cfg, wl, 8)))
     (_, st0, base), *pdl_runs = results
     for cfg, st1, replays in pdl_runs:
         for i, o in enumerate(replays + base):
@@ -339,29 +348,17 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     their GTRs to within bf16 rounding (the one-launch modes form the norms and dots in another order), and its
     captured graph (PDL launches) replays bit for bit. The interpreter cannot run Gluon: this is its correctness
     test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share key heads."""
-    from artifact.measure import _capture
-    from kernels.bench import _ConfiguredOneLA
     wl = make_workload(name, R, W, T, lineage="beam", seed=5, device="cuda")
     ref = fullstate_decode(wl)
-    base = _ConfiguredOneLA({})
-    base.prepare(wl)
-    base.run(wl)
+    base, _ = _graph_replays({"ws": "off"}, wl, 1)      # the Triton kernels (ws is the default since stop 23)
     for mode in ("main", "step", "all"):
-        path = _ConfiguredOneLA({"ws": mode})
-        path.prepare(wl)
-        graph, out = _capture(path, wl)
-        replays = []
-        for _ in range(4):
-            out.fill_(math.nan)
-            graph.replay()
-            replays.append(out.clone())
-        torch.cuda.synchronize()
-        assert f"ws_{mode}" in path.stepper.kernel_info, (mode, path.stepper.kernel_info)
+        st, replays = _graph_replays({"ws": mode}, wl, 4)
+        assert f"ws_{mode}" in st.kernel_info, (mode, st.kernel_info)
         assert max_abs_err(replays[0], ref) <= DEFAULT_TOLERANCE, mode
         for o in replays[1:]:
             assert torch.equal(o, replays[0]), mode
-        assert torch.equal(path.stepper.anc, base.stepper.anc), mode
-        for a, b in zip(path.stepper.store.tensors(), base.stepper.store.tensors()):
+        assert torch.equal(st.anc, base.anc), mode
+        for a, b in zip(st.store.tensors(), base.store.tensors()):
             a, b = a.float(), b.float()
             assert ((a - b).abs() <= 2 ** -6 * b.abs() + 1e-4 * b.abs().max()).all(), (mode, a.shape)
 
