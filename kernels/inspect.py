@@ -11,7 +11,7 @@ them for real tensors (without that, loads compile unvectorised and the counts a
 match what the H200 reported for the same configs (e.g. main 173 / 174 registers at K = 256; at K = 128 step 5,
 255 registers and 40 bytes spilled where `kernels.bench` printed 10 spilled 4-byte registers). Where the
 warp-specialised Gluon kernel runs instead (config ws, kernels/onela_ws.py) it is compiled with the parameters of
-`kernels.onela_ws.ws_launch_params` and reported as `ws` (registers: the launch's maxnreg; the partitions' split
+that plan and reported as `ws` (registers: the launch's maxnreg; the partitions' split
 is set inside it). This is a compile report, not a timing.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from artifact.workload import get_geometry
 from kernels.onela import _onela_fused_kernel, _onela_main_kernel, _onela_prep_kernel, launch_config, step_launches
-from kernels.onela_ws import BB_TILE, _onela_main_ws_kernel, ws_launch_params, ws_mode
+from kernels.onela_ws import BB_TILE, _onela_main_ws_kernel, ws_shape_supports
 
 KERNELS = {"prep": _onela_prep_kernel, "main": _onela_main_kernel, "fused": _onela_fused_kernel,
            "ws": _onela_main_ws_kernel}
@@ -49,6 +49,8 @@ def _tensordesc(block) -> str:
     from triton.runtime.jit import mangle_type
     return mangle_type(TensorDescriptor(torch.zeros(block, dtype=torch.bfloat16), list(block), [block[1], 1],
                                         list(block), gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)))
+
+
 _ORDER = re.compile(r"\b(LDGSTS|LDG|STG|HGMMA|F2FP|F2F|BAR\.SYNC|LDS|STS|UTMALDG|UTMASTG)\b")
 
 
@@ -126,16 +128,9 @@ def main(argv=None) -> int:
     cfg = {**default, **args.config}
     print(f"{args.geometry} R={args.R} W={args.W} O={args.O} sm_90a; config overrides {args.config or 'none'}")
     for t in args.steps if args.steps is not None else range(args.O - 1):
-        launches = step_launches(cfg, geo, args.R, args.W, t, interpret=False)
-        ws = ws_mode(cfg, t, "prep" in launches) if geo.k == geo.v == 128 and args.W % BB_TILE == 0 else None
-        if ws is not None:          # what OneLAStepper.step launches instead (kernels/onela_ws.py)
-            launches.pop("main")
-            if ws == "step":
-                launches.pop("prep", None)
-            grid, params = ws_launch_params(cfg, geo, args.R, args.W, t, ws, 132)
-            opts = {k: params.pop(k) for k in ("num_warps", "maxnreg")}
-            launches["ws"] = (grid, params, opts)
-        for name, (grid, const, opts) in launches.items():
+        ws_ok = ws_shape_supports(geo, args.W) is None      # the shape's part of `ws_supports`
+        for name, (grid, const, opts) in step_launches(cfg, geo, args.R, args.W, t, interpret=False,
+                                                       ws_ok=ws_ok).items():
             rep = compile_kernel(name, const, opts)
             print(f"step {t} {name:5s} grid {grid}: {rep['registers']} registers, {rep['spill_bytes']} bytes "
                   f"spilled, {rep['shared_bytes']} bytes shared", flush=True)

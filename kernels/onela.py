@@ -33,7 +33,7 @@ from triton.language.extra import cuda as tl_cuda
 from artifact.ancestry import build as build_ancestry
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
-from kernels.onela_ws import launch_ws, ws_mode, ws_shape_supports, ws_supports
+from kernels.onela_ws import launch_ws, ws_launch_params, ws_mode, ws_shape_supports, ws_supports
 
 
 @triton.jit
@@ -510,9 +510,11 @@ _WS = ("off", "main", "step", "all")
 
 
 def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
-                  interpret: bool = _INTERPRET) -> dict:
+                  interpret: bool = _INTERPRET, ws_ok: bool = False, n_sm: int = 132) -> dict:
     """Kernel name -> (grid, constexpr arguments, launch options) of step t under launch config `cfg`: prep and
-    main, or fused (v6). One place for what `OneLAStepper.step` launches and what `kernels.inspect` compiles."""
+    main, or fused (v6); where `ws_ok` (the warp-specialised kernel takes this shape and these inputs) and config
+    ws applies, its launch "ws" replaces the main kernel's -- and the prep kernel's in one-launch mode (FUSE).
+    One place for what `OneLAStepper.step` launches and what `kernels.inspect` compiles."""
     tp = max(2, triton.next_power_of_2(t))
     upto = cfg["loop_max_step"]
     iters = cfg["beam_iters"] if upto is None or t <= upto else 1
@@ -534,7 +536,16 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True,
     main = (main_grid, {**shared, "REPLAY_STAGES": cfg["replay_stages"], "PDL": pdl,
                         "PDL_NEXT": bool(cfg["pdl_next_step"]), "KEY_AXIS": key_axis},
             {**opts, "launch_pdl": bool(pdl)})
-    return {"main": main} if key_axis else {"prep": prep, "main": main}
+    launches = {"main": main} if key_axis else {"prep": prep, "main": main}
+    ws = ws_mode(cfg, t, "prep" in launches) if ws_ok and not interpret else None   # the interpreter runs no Gluon
+    if ws is not None:
+        del launches["main"]
+        if ws == "step":
+            launches.pop("prep", None)
+        grid, params = ws_launch_params(cfg, geo, R, W, t, ws, n_sm)
+        launches["ws"] = (grid, params, {k: params.pop(k) for k in ("num_warps", "maxnreg")} |
+                          {"launch_pdl": bool(pdl)})
+    return launches
 
 
 class OneLAStepper(Stepper):
@@ -589,10 +600,8 @@ class OneLAStepper(Stepper):
         geo, R, W = self.geometry, self.R, self.W
         check_step(self, t, q, k, v, g, beta, parents, out)
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
-        launches = step_launches(self.config, geo, R, W, t, q.dtype == torch.bfloat16)
-        ws = None if _INTERPRET else ws_mode(self.config, t, "prep" in launches)   # the interpreter runs no Gluon
-        if ws is not None and ws_supports(geo, W, q, v, out) is not None:
-            ws = None       # a shape the Gluon kernel does not take runs the Triton kernels
+        ws_ok = self.config["ws"] != "off" and ws_supports(geo, W, q, v, out) is None   # else the Triton kernels
+        launches = step_launches(self.config, geo, R, W, t, q.dtype == torch.bfloat16, ws_ok=ws_ok, n_sm=self.n_sm)
         if "fused" in launches:
             grid, const, opts = launches["fused"]
             kern = _onela_fused_kernel[grid](
@@ -601,14 +610,14 @@ class OneLAStepper(Stepper):
                 q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
             self._note_kernel("fused", kern)
             return out
-        if "prep" in launches and ws != "step":     # not at step 0 under fuse_step0 (the main kernel does its work)
+        if "prep" in launches:      # not at step 0 under fuse_step0 (the main kernel does its work) or in one launch
             grid, const, opts = launches["prep"]
             kern = _onela_prep_kernel[grid](
                 q, k, g, parents, anc_prev, anc_cur, self.store.alpha, self.store.khat, self.coef,
                 R, W, geo.hv, geo.hk, self.T, q.stride(0), q.stride(1), q.stride(2), **const, **opts)
             self._note_kernel("prep", kern)
-        if ws is not None:          # the warp-specialised kernel (kernels/onela_ws.py)
-            kern = launch_ws(self, t, q, k, v, g, beta, parents, anc_prev, anc_cur, out, self.config, ws)
+        if "ws" in launches:        # the warp-specialised kernel (kernels/onela_ws.py)
+            kern = launch_ws(self, q, k, v, g, beta, parents, anc_prev, anc_cur, out, *launches["ws"])
             self._note_kernel(f"ws_{self.config['ws']}", kern)
             return out
         grid, const, opts = launches["main"]

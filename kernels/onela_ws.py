@@ -368,11 +368,11 @@ def _onela_main_ws_kernel(
     ], [PWARPS], [PREGS])
 
 
-def ws_shape_supports(geo, W: int, device) -> str | None:
-    """Why the warp-specialised kernel cannot run any step of this decode shape (None: it can, given inputs
-    `ws_supports` accepts)."""
-    device = torch.device(device)
-    if device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9:
+def ws_shape_supports(geo, W: int, device=None) -> str | None:
+    """Why the warp-specialised kernel cannot run any step of this decode shape on `device` (None: it can, given
+    inputs `ws_supports` accepts; device None: the shape alone, as `kernels.inspect` compiles for sm_90a)."""
+    device = None if device is None else torch.device(device)
+    if device is not None and (device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9):
         return f"ws: needs a Hopper GPU (wgmma, TMA), not {device}"
     if geo.k != 128 or geo.v != 128:
         return f"ws: K={geo.k}, V={geo.v} (needs 128, 128)"
@@ -422,9 +422,9 @@ def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: in
     return (min(nt, n_sm),), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
 
 
-def launch_ws(st, t, q, k, v, g, beta, parents, anc_prev, anc_cur, out, cfg: dict, mode: str):
-    """Launch step t's warp-specialised kernel for OneLAStepper `st`: in mode "main" the main kernel after the
-    prep kernel, in mode "step" the whole step (no prep launch)."""
+def launch_ws(st, q, k, v, g, beta, parents, anc_prev, anc_cur, out, grid, const: dict, opts: dict):
+    """Launch the warp-specialised kernel of `step_launches`' plan ("ws": grid, constexprs, options) for
+    OneLAStepper `st`: with const FUSE the whole step, else the main kernel after the prep kernel."""
     geo, R, W = st.geometry, st.R, st.W
     rows = R * W
     q_desc = _desc(q.as_strided((rows, geo.hk * geo.k), (q.stride(1), 1)), [BB_TILE, geo.k])
@@ -433,9 +433,7 @@ def launch_ws(st, t, q, k, v, g, beta, parents, anc_prev, anc_cur, out, cfg: dic
     out_desc = _desc(out.view(rows, geo.hv * geo.v), [BB_TILE, geo.v])
     dst_desc = _desc(st.store.delta.view(st.T * rows, geo.hv * geo.v), [BB_TILE, geo.v])
     khat_desc = _desc(st.store.khat.view(st.T * rows, geo.hk * geo.k), [BB_TILE, geo.k])
-    grid, params = ws_launch_params(cfg, geo, R, W, t, mode, st.n_sm)
-    nt = R * geo.hv * (W // BB_TILE)
     return _onela_main_ws_kernel[grid](
-        q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_cur if mode == "main" else anc_prev, parents,
+        q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_prev if const["FUSE"] else anc_cur, parents,
         anc_cur, st.store.alpha, g, st.store.khat, st.coef, beta, st.store.delta, v,
-        R, W, geo.hv, st.T, nt, v.stride(0), v.stride(1), v.stride(2), **params, launch_pdl=bool(cfg["pdl"]))
+        R, W, geo.hv, st.T, R * geo.hv * (W // BB_TILE), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
