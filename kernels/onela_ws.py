@@ -137,6 +137,80 @@ def _key_scalars(tile, anc_prev_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, au
 
 
 @gluon.jit
+def _par_rows(par_ptr, tile, tile1, NBT, W, HV, BB: gl.constexpr, sl: gl.constexpr):
+    """The parents of tile `tile`'s beams (zeros past this program's last tile), rows as in layout `sl`."""
+    head = tile // NBT
+    r = head // HV
+    rows = r * W + (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, sl))
+    return gl.load(par_ptr + rows, mask=tile < tile1, other=0)
+
+
+@gluon.jit
+def _anc_rows(anc_ptr, anc_next_ptr, par, tile, tile1, NBT, W, HV, T_CAP, STEP: gl.constexpr, NC: gl.constexpr,
+              BB: gl.constexpr, sl: gl.constexpr):
+    """Tile `tile`'s ancestry rows [BB, NC] from its parents `par` and the previous step's table, as the prep
+    kernel builds them (h_t(b, j) = h_{t-1}(parent(b), j) for j < t - 1, h_t(b, t - 1) = parent(b)); value head
+    0 writes them to the next table."""
+    head = tile // NBT
+    r = head // HV
+    rows = r * W + (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, sl))
+    tcol = gl.arange(0, NC, layout=gl.SliceLayout(0, sl))
+    live = tile < tile1
+    anc = gl.load(anc_ptr + (r * W + par)[:, None] * T_CAP + tcol[None, :], mask=(tcol[None, :] < STEP - 1) & live,
+                  other=0)
+    slots = gl.where(tcol[None, :] == STEP - 1, par[:, None], anc)
+    gl.store(anc_next_ptr + rows[:, None] * T_CAP + tcol[None, :], slots,
+             mask=(tcol[None, :] < STEP) & live & (head % HV == 0))
+    return slots
+
+
+@gluon.jit
+def _key_loads(tile, tile1, slots, alpha_ptr, g_ptr, R, W, HV, NBT, STEP: gl.constexpr, TPC: gl.constexpr,
+               BB: gl.constexpr, pl: gl.constexpr):
+    """The ancestral alphas [BB, TPC] of tile `tile` (ancestry rows `slots`, layout `pl`) and its gates: the loads
+    `_key_scalars_from` needs, issued a tile ahead (zeros past this program's last tile)."""
+    head = tile // NBT
+    r = head // HV
+    hv = head % HV
+    offs_b = (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, pl))
+    tcol = gl.arange(0, TPC, layout=gl.SliceLayout(0, pl))
+    live = tile < tile1
+    alphas = gl.load(alpha_ptr + ((tcol[None, :] * R + r) * W + slots) * HV + hv,
+                     mask=(tcol[None, :] < STEP) & live, other=1.0)
+    gv = gl.load(g_ptr + (r * W + offs_b) * HV + hv, mask=live, other=0.0)
+    return alphas, gv
+
+
+@gluon.jit
+def _key_scalars_from(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, R, W, HV, NBT,
+                      STEP: gl.constexpr, TPC: gl.constexpr, BB: gl.constexpr, pl: gl.constexpr):
+    """FUSE: tile `tile`'s per-beam scalars from its ancestral alphas and gates (`_key_loads`, a tile earlier) --
+    alpha_t = exp(g) (its record written) and the replay's alpha products c_j = alpha_t prod_{i > j} alpha_i (row
+    j < STEP of the aux tile) and P = c_{-1} (row STEP) -- into the aux stage the consumer reads."""
+    head = tile // NBT
+    r = head // HV
+    hv = head % HV
+    offs_b = (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, pl))
+    tcol = gl.arange(0, TPC, layout=gl.SliceLayout(0, pl))
+    alpha_t = gl.exp(gv)
+    gl.store(alpha_ptr + ((STEP * R + r) * W + offs_b) * HV + hv, alpha_t)
+    c = alpha_t
+    coef = gl.zeros([BB, TPC], gl.float32, pl)
+    for jj in gl.static_range(STEP):
+        j = STEP - 1 - jj
+        coef = gl.where(tcol[None, :] == j, c[:, None], coef)
+        c = c * gl.sum(gl.where(tcol[None, :] == j, alphas, 0.0), axis=1)
+    coef = gl.where(tcol[None, :] == STEP, c[:, None], coef)
+    st = a_cnt % 2
+    mbarrier.wait(aux_empty.index(st), ((a_cnt // 2) & 1) ^ 1)
+    for j in gl.static_range(STEP + 1):      # row j of stage st: c_j, row STEP: P
+        aux.index(st * 3 * TPC + j).store(gl.sum(gl.where(tcol[None, :] == j, coef, 0.0), axis=1))
+    gl.thread_barrier()
+    mbarrier.arrive(aux_ready.index(st), count=1)
+    return a_cnt + 1
+
+
+@gluon.jit
 def _ring_put(ptrs, ring, ring_ready, ring_empty, cnt, NR: gl.constexpr):
     """cp.async one [BB, V] tile into the next ring entry; its ready barrier fires when every producer thread's
     copies have landed (noinc arrive: the barrier counts the producer's threads)."""
@@ -152,13 +226,17 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
               ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
               khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
               G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, BB: gl.constexpr,
-              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr):
+              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr,
+              AHEAD: gl.constexpr):
     """Every load of the program, in the order the consumer uses them, one tile of q, k ahead. With FUSE also
     the key-axis work of the prep kernel (`_key_scalars`, after the tile's k-hat gathers are issued) and the
     ancestral k-hat rows, every depth's ahead of the tile's delta rows in the ring (the consumer forms all dots
-    before its projections)."""
+    before its projections). AHEAD (FUSE): the next tile's dependent loads -- parents, then its ancestry rows,
+    then its ancestral alphas -- each issued after one of this tile's gather phases, so none of them stalls the
+    issue of this tile's gathers or its alpha products."""
     gat: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [PWARPS, 1], [1, 0])
     sl: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [PWARPS, 1], [1, 0])   # rows as in `gat`
+    pl: gl.constexpr = gl.BlockedLayout([1, TPC], [32, 1], [PWARPS, 1], [1, 0])   # a beam's row in one thread
     row_l: gl.constexpr = gl.SliceLayout(1, gat)
     cols = gl.arange(0, V, layout=gl.SliceLayout(0, gat))
     tcol = gl.arange(0, TP, layout=gl.SliceLayout(0, sl))
@@ -167,7 +245,14 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
     prev_head, s_cnt, qk_cnt = _issue_s_qk(tile0, zero - 1, zero, zero, NBT, W, HV, s_desc, q_desc, k_desc, s_smem,
                                            q_smem, k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, V, BB)
     _gdc_wait()     # the prep kernel's ancestry rows and every earlier step's records are written
-    slots = _load_slots(anc_ptr, par_ptr, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl, FUSE)
+    if AHEAD:       # TP == TPC here (ws_launch_params)
+        slots = _anc_rows(anc_ptr, anc_next_ptr, _par_rows(par_ptr, tile0, tile1, NBT, W, HV, BB, sl), tile0, tile1,
+                          NBT, W, HV, T_CAP, STEP, TP, BB, sl)
+        par_n = _par_rows(par_ptr, tile0 + 1, tile1, NBT, W, HV, BB, pl)     # one beam per thread while it waits
+        alphas, gv = _key_loads(tile0, tile1, gl.convert_layout(slots, pl), alpha_ptr, g_ptr, R, W, HV, NBT, STEP,
+                                TPC, BB, pl)
+    else:
+        slots = _load_slots(anc_ptr, par_ptr, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl, FUSE)
     a_cnt = zero
     cnt = 0
     for tile in range(tile0, tile1):
@@ -178,7 +263,8 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
             prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
                                                    k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
                                                    qk_empty, G, K, V, BB)
-        slots_next = _load_slots(anc_ptr, par_ptr, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl, FUSE)
+        if not AHEAD:
+            slots_next = _load_slots(anc_ptr, par_ptr, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl, FUSE)
         head = tile // NBT
         r = head // HV
         hv = head % HV
@@ -189,16 +275,29 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
                 rec = (j * R + r) * W + slot
                 kptrs = khat_ptr + ((rec * (HV // G) + hv // G).to(gl.int64) * K)[:, None] + cols[None, :]
                 cnt = _ring_put(kptrs, ring, ring_ready, ring_empty, cnt, NR)
-            # the alpha products' dependent loads (parent -> ancestry row -> alphas) while those rows are in flight
-            a_cnt = _key_scalars(tile, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, aux, aux_ready, aux_empty,
-                                 a_cnt, R, W, HV, T_CAP, NBT, STEP, TPC, BB, PWARPS)
+            if AHEAD:               # the next tile's ancestry rows (its parents landed during the gathers)
+                par_sl = gl.convert_layout(par_n, gl.SliceLayout(1, sl))
+                slots_next = _anc_rows(anc_ptr, anc_next_ptr, par_sl, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP,
+                                       BB, sl)
+                a_cnt = _key_scalars_from(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, R, W, HV,
+                                          NBT, STEP, TPC, BB, pl)
+            else:
+                # the alpha products' dependent loads (parent -> ancestry row -> alphas) while those rows are in
+                # flight
+                a_cnt = _key_scalars(tile, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, aux, aux_ready,
+                                     aux_empty, a_cnt, R, W, HV, T_CAP, NBT, STEP, TPC, BB, PWARPS)
         for j in gl.static_range(STEP):
             slot = gl.convert_layout(gl.sum(gl.where(tcol[None, :] == j, slots, 0), axis=1), row_l)
             rec = (j * R + r) * W + slot
             ptrs = delta_ptr + ((rec * HV + hv).to(gl.int64) * V)[:, None] + cols[None, :]
             cnt = _ring_put(ptrs, ring, ring_ready, ring_empty, cnt, NR)
+        if AHEAD:                   # the next tile's alphas and gates (its ancestry rows landed meanwhile)
+            alphas, gv = _key_loads(tile + 1, tile1, gl.convert_layout(slots_next, pl), alpha_ptr, g_ptr, R, W, HV,
+                                    NBT, STEP, TPC, BB, pl)
         vptrs = v_ptr + (r * sv_r + offs_b * sv_w + hv * sv_h).to(gl.int64)[:, None] + cols[None, :]
         cnt = _ring_put(vptrs, ring, ring_ready, ring_empty, cnt, NR)
+        if AHEAD:
+            par_n = _par_rows(par_ptr, tile + 2, tile1, NBT, W, HV, BB, pl)
         if (tile + 1 < tile1) & (not early):
             prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
                                                    k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
@@ -323,6 +422,7 @@ def _onela_main_ws_kernel(
     R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
     K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
     TPC: gl.constexpr, PWARPS: gl.constexpr, PREGS: gl.constexpr, PDL_NEXT: gl.constexpr, FUSE: gl.constexpr,
+    AHEAD: gl.constexpr,
 ):
     """Step STEP (>= 1) of the main kernel -- with FUSE the whole step, the prep kernel's work included; a
     persistent program per SM over a contiguous range of beam tiles. anc_ptr is this step's ancestry table,
@@ -364,7 +464,7 @@ def _onela_main_ws_kernel(
         (_producer, (s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr,
                      alpha_ptr, g_ptr, khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
-                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE)),
+                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE, AHEAD)),
     ], [PWARPS], [PREGS])
 
 
@@ -413,13 +513,20 @@ def ws_mode(cfg: dict, t: int, has_prep: bool) -> str | None:
 
 def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: int) -> tuple[tuple, dict]:
     """(grid, constexpr arguments and launch options) of step t's warp-specialised kernel: one place for
-    `launch_ws` and `kernels.inspect`."""
+    `launch_ws` and `kernels.inspect`. Grid (config ws_grid): "sm", one program per SM; "even", as many
+    programs as take ceil(tiles / SMs) tiles each -- the same longest program, and where that count divides a
+    head's tiles no program crosses from one S tile to the next."""
     pow2 = lambda x: 1 << (x - 1).bit_length()      # noqa: E731
     nt = R * geo.hv * (W // BB_TILE)
-    const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5, TP=max(2, pow2(max(t, 1))),
-                 TPC=max(2, pow2(t + 1)), PWARPS=4, PREGS=cfg["ws_regs"], PDL_NEXT=bool(cfg["pdl_next_step"]),
-                 FUSE=mode == "step")
-    return (min(nt, n_sm),), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
+    fuse = mode == "step"
+    ahead = bool(cfg["ws_ahead"]) and fuse
+    tpc = max(2, pow2(t + 1))
+    const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5,
+                 TP=tpc if ahead else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
+                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse, AHEAD=ahead)
+    per_prog = -(-nt // n_sm)
+    grid = min(nt, n_sm) if cfg["ws_grid"] == "sm" else -(-nt // per_prog)
+    return (grid,), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
 
 
 def launch_ws(st, q, k, v, g, beta, parents, anc_prev, anc_cur, out, grid, const: dict, opts: dict):
