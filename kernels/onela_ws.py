@@ -249,8 +249,12 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
         slots = _anc_rows(anc_ptr, anc_next_ptr, _par_rows(par_ptr, tile0, tile1, NBT, W, HV, BB, sl), tile0, tile1,
                           NBT, W, HV, T_CAP, STEP, TP, BB, sl)
         par_n = _par_rows(par_ptr, tile0 + 1, tile1, NBT, W, HV, BB, pl)     # one beam per thread while it waits
-        alphas, gv = _key_loads(tile0, tile1, gl.convert_layout(slots, pl), alpha_ptr, g_ptr, R, W, HV, NBT, STEP,
-                                TPC, BB, pl)
+        if AHEAD == 2:
+            alphas = gl.full([BB, TPC], 1.0, gl.float32, pl)     # the first tile's: loaded after its k-hat gathers
+            gv = gl.zeros([BB], gl.float32, gl.SliceLayout(1, pl))
+        else:
+            alphas, gv = _key_loads(tile0, tile1, gl.convert_layout(slots, pl), alpha_ptr, g_ptr, R, W, HV, NBT,
+                                    STEP, TPC, BB, pl)
     else:
         slots = _load_slots(anc_ptr, par_ptr, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl, FUSE)
     a_cnt = zero
@@ -276,6 +280,10 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
                 kptrs = khat_ptr + ((rec * (HV // G) + hv // G).to(gl.int64) * K)[:, None] + cols[None, :]
                 cnt = _ring_put(kptrs, ring, ring_ready, ring_empty, cnt, NR)
             if AHEAD:               # the next tile's ancestry rows (its parents landed during the gathers)
+                if AHEAD == 2:
+                    if tile == tile0:
+                        alphas, gv = _key_loads(tile0, tile1, gl.convert_layout(slots, pl), alpha_ptr, g_ptr, R, W,
+                                                HV, NBT, STEP, TPC, BB, pl)
                 par_sl = gl.convert_layout(par_n, gl.SliceLayout(1, sl))
                 slots_next = _anc_rows(anc_ptr, anc_next_ptr, par_sl, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP,
                                        BB, sl)
@@ -519,7 +527,7 @@ def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: in
     pow2 = lambda x: 1 << (x - 1).bit_length()      # noqa: E731
     nt = R * geo.hv * (W // BB_TILE)
     fuse = mode == "step"
-    ahead = bool(cfg["ws_ahead"]) and fuse
+    ahead = int(cfg["ws_ahead"]) if fuse else 0
     tpc = max(2, pow2(t + 1))
     const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5,
                  TP=tpc if ahead else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
