@@ -326,16 +326,20 @@ def _ring_take(ring, ring_ready, ring_empty, cnt, mma: gl.constexpr, NR: gl.cons
 
 
 @gluon.jit
-def _consumer(s_smem, q_smem, k_smem, ring, aux, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready, qk_empty,
+def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready, qk_empty,
               ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr, beta_ptr,
               R, W, HV, NT, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr):
+              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr, ROWDOTS: gl.constexpr):
     """Projections, replay, delta_t and o_t of every tile of the program (the default partition: two
     warpgroups, each owning half of the V columns). The replay's coefficients come from the prep kernel's
     table, or with FUSE from this tile's q, k rows (norms, k-hat_j . q-hat and k-hat_j . k-hat against the
     ancestral k-hat rows from the ring) and the producer's alpha products; FUSE also stores the k-hat_t record."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, V // 2, 16])
     row_l: gl.constexpr = gl.SliceLayout(1, mma)
+    if ROWDOTS:     # the key-axis dots with whole rows in each warp: sums by shuffles, no cross-warp exchange
+        kl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
+    else:
+        kl: gl.constexpr = mma
     tile0, tile1, NBT = _tiles(NT, W, BB)
     plane = R * HV * W
     cnt = 0
@@ -362,8 +366,8 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, o_smem, d_smem, kh_smem, s_read
         st = i % 2
         mbarrier.wait(qk_ready.index(st), (i // 2) & 1)
         if FUSE:                    # the key axis first, so its registers are free before the accumulators live
-            qf = q_smem.index(st).load(mma).to(gl.float32)
-            kf = k_smem.index(st).load(mma).to(gl.float32)
+            qf = q_smem.index(st).load(kl).to(gl.float32)
+            kf = k_smem.index(st).load(kl).to(gl.float32)
             inv_q = gl.rsqrt(gl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)
             inv_k = gl.rsqrt(gl.sum(kf * kf, axis=1) + 1e-6)
             kq_t = gl.sum(qf * kf, axis=1) * inv_q * inv_k
@@ -375,10 +379,18 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, o_smem, d_smem, kh_smem, s_read
                 gl.thread_barrier()
                 tma.async_copy_shared_to_global(khat_desc, [(STEP * R + r) * W + b0, (hv // G) * K], kh_smem)
             for j in gl.static_range(STEP):     # aux rows TPC + j <- k_j . q-hat, 2 TPC + j <- k_j . k-hat
-                kh_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, mma, NR)
+                kh_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, kl, NR)
                 aux.index(st * 3 * TPC + TPC + j).store(gl.sum(kh_j * qf, axis=1) * inv_q)
                 aux.index(st * 3 * TPC + 2 * TPC + j).store(gl.sum(kh_j * kf, axis=1) * inv_k)
+            if ROWDOTS:             # the three key scalars to the accumulator layout, through shared memory
+                keys.index(0).store(inv_q)
+                keys.index(1).store(inv_k)
+                keys.index(2).store(kq_t)
             gl.thread_barrier()
+            if ROWDOTS:
+                inv_q = keys.index(0).load(row_l)
+                inv_k = keys.index(1).load(row_l)
+                kq_t = keys.index(2).load(row_l)
         s_t = s_smem.permute((1, 0))
         zero = gl.zeros([BB, V], gl.float32, mma)
         u_q = warpgroup_mma(q_smem.index(st), s_t, zero, use_acc=False, is_async=True)
@@ -430,7 +442,7 @@ def _onela_main_ws_kernel(
     R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
     K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
     TPC: gl.constexpr, PWARPS: gl.constexpr, PREGS: gl.constexpr, PDL_NEXT: gl.constexpr, FUSE: gl.constexpr,
-    AHEAD: gl.constexpr,
+    AHEAD: gl.constexpr, ROWDOTS: gl.constexpr,
 ):
     """Step STEP (>= 1) of the main kernel -- with FUSE the whole step, the prep kernel's work included; a
     persistent program per SM over a contiguous range of beam tiles. anc_ptr is this step's ancestry table,
@@ -443,6 +455,7 @@ def _onela_main_ws_kernel(
     k_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, K], q_desc.layout)
     ring = gl.allocate_shared_memory(gl.bfloat16, [NR, BB, V], dst_desc.layout)
     aux = gl.allocate_shared_memory(gl.float32, [6 * TPC, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    keys = gl.allocate_shared_memory(gl.float32, [3 if ROWDOTS else 1, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     o_smem = gl.allocate_shared_memory(out_desc.dtype, [BB, V], out_desc.layout)
     d_smem = gl.allocate_shared_memory(gl.bfloat16, [BB, V], dst_desc.layout)
     kh_smem = d_smem    # FUSE's k-hat_t record goes out through d_smem: each tile's k-hat_t store is waited for before
@@ -466,9 +479,9 @@ def _onela_main_ws_kernel(
         mbarrier.init(ring_ready.index(i), count=PWARPS * 32)
         mbarrier.init(ring_empty.index(i), count=1)
     gl.warp_specialize([
-        (_consumer, (s_smem, q_smem, k_smem, ring, aux, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready,
+        (_consumer, (s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr,
-                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE)),
+                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE, ROWDOTS)),
         (_producer, (s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr,
                      alpha_ptr, g_ptr, khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
@@ -531,7 +544,7 @@ def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: in
     tpc = max(2, pow2(t + 1))
     const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5,
                  TP=tpc if ahead else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
-                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse, AHEAD=ahead)
+                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse, AHEAD=ahead, ROWDOTS=bool(cfg["ws_rowdots"]) and fuse)
     per_prog = -(-nt // n_sm)
     grid = min(nt, n_sm) if cfg["ws_grid"] == "sm" else -(-nt // per_prog)
     return (grid,), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
