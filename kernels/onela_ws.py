@@ -78,62 +78,15 @@ def _issue_s_qk(tile, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc, k_de
 
 
 @gluon.jit
-def _load_slots(anc_ptr, par_ptr, tile, tile1, NBT, W, HV, T_CAP, STEP: gl.constexpr, TP: gl.constexpr,
-                BB: gl.constexpr, sl: gl.constexpr, FUSE: gl.constexpr):
-    """The ancestry rows [BB, TP] of tile `tile` (zeros past this program's last tile): this step's table, or
-    with FUSE built from the parents and the previous step's table (h_t(b, j) = h_{t-1}(parent(b), j) for
-    j < t - 1, h_t(b, t - 1) = parent(b)), as the prep kernel builds it."""
-    head = tile // NBT
-    r = head // HV
+def _load_slots(anc_ptr, tile, tile1, NBT, W, HV, T_CAP, STEP: gl.constexpr, TP: gl.constexpr, BB: gl.constexpr,
+                sl: gl.constexpr):
+    """The ancestry rows [BB, TP] of tile `tile` from this step's table (the prep kernel's; zeros past this
+    program's last tile)."""
+    r = (tile // NBT) // HV
     rows = r * W + (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, sl))
     tcol = gl.arange(0, TP, layout=gl.SliceLayout(0, sl))
-    live = tile < tile1
-    if FUSE:
-        par = gl.load(par_ptr + rows, mask=live, other=0)
-        anc = gl.load(anc_ptr + (r * W + par)[:, None] * T_CAP + tcol[None, :],
-                      mask=(tcol[None, :] < STEP - 1) & live, other=0)
-        return gl.where(tcol[None, :] == STEP - 1, par[:, None], anc)
-    return gl.load(anc_ptr + rows[:, None] * T_CAP + tcol[None, :], mask=(tcol[None, :] < STEP) & live, other=0)
-
-
-@gluon.jit
-def _key_scalars(tile, anc_prev_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, aux, aux_ready, aux_empty, a_cnt,
-                 R, W, HV, T_CAP, NBT, STEP: gl.constexpr, TPC: gl.constexpr, BB: gl.constexpr,
-                 PWARPS: gl.constexpr):
-    """FUSE: tile `tile`'s per-beam scalars, as the prep kernel forms them -- its ancestry row (written to the
-    next table by value head 0), alpha_t = exp(g) (its record written), and the replay's alpha products
-    c_j = alpha_t prod_{i > j} alpha_i (row j < STEP of the aux tile) and P = c_{-1} (row STEP) -- into the aux
-    stage the consumer reads."""
-    pl: gl.constexpr = gl.BlockedLayout([1, TPC], [32, 1], [PWARPS, 1], [1, 0])   # a beam's row in one thread
-    head = tile // NBT
-    r = head // HV
-    hv = head % HV
-    offs_b = (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, pl))
-    tcol = gl.arange(0, TPC, layout=gl.SliceLayout(0, pl))
-    rw = r * W + offs_b
-    par = gl.load(par_ptr + rw)
-    anc = gl.load(anc_prev_ptr + (r * W + par)[:, None] * T_CAP + tcol[None, :], mask=tcol[None, :] < STEP - 1,
-                  other=0)
-    slots = gl.where(tcol[None, :] == STEP - 1, par[:, None], anc)
-    alphas = gl.load(alpha_ptr + ((tcol[None, :] * R + r) * W + slots) * HV + hv, mask=tcol[None, :] < STEP,
-                     other=1.0)
-    alpha_t = gl.exp(gl.load(g_ptr + rw * HV + hv))
-    gl.store(alpha_ptr + ((STEP * R + r) * W + offs_b) * HV + hv, alpha_t)
-    gl.store(anc_next_ptr + rw[:, None] * T_CAP + tcol[None, :], slots, mask=(tcol[None, :] < STEP) & (hv == 0))
-    c = alpha_t
-    coef = gl.zeros([BB, TPC], gl.float32, pl)
-    for jj in gl.static_range(STEP):
-        j = STEP - 1 - jj
-        coef = gl.where(tcol[None, :] == j, c[:, None], coef)
-        c = c * gl.sum(gl.where(tcol[None, :] == j, alphas, 0.0), axis=1)
-    coef = gl.where(tcol[None, :] == STEP, c[:, None], coef)
-    st = a_cnt % 2
-    mbarrier.wait(aux_empty.index(st), ((a_cnt // 2) & 1) ^ 1)
-    for j in gl.static_range(STEP + 1):      # row j of stage st: c_j, row STEP: P
-        aux.index(st * 3 * TPC + j).store(gl.sum(gl.where(tcol[None, :] == j, coef, 0.0), axis=1))
-    gl.thread_barrier()
-    mbarrier.arrive(aux_ready.index(st), count=1)
-    return a_cnt + 1
+    return gl.load(anc_ptr + rows[:, None] * T_CAP + tcol[None, :], mask=(tcol[None, :] < STEP) & (tile < tile1),
+                   other=0)
 
 
 @gluon.jit
@@ -168,7 +121,7 @@ def _anc_rows(anc_ptr, anc_next_ptr, par, tile, tile1, NBT, W, HV, T_CAP, STEP: 
 def _key_loads(tile, tile1, slots, alpha_ptr, g_ptr, R, W, HV, NBT, STEP: gl.constexpr, TPC: gl.constexpr,
                BB: gl.constexpr, pl: gl.constexpr):
     """The ancestral alphas [BB, TPC] of tile `tile` (ancestry rows `slots`, layout `pl`) and its gates: the loads
-    `_key_scalars_from` needs, issued a tile ahead (zeros past this program's last tile)."""
+    `_key_scalars` needs, issued a tile ahead (zeros past this program's last tile)."""
     head = tile // NBT
     r = head // HV
     hv = head % HV
@@ -182,11 +135,12 @@ def _key_loads(tile, tile1, slots, alpha_ptr, g_ptr, R, W, HV, NBT, STEP: gl.con
 
 
 @gluon.jit
-def _key_scalars_from(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, R, W, HV, NBT,
+def _key_scalars(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, R, W, HV, NBT,
                       STEP: gl.constexpr, TPC: gl.constexpr, BB: gl.constexpr, pl: gl.constexpr):
-    """FUSE: tile `tile`'s per-beam scalars from its ancestral alphas and gates (`_key_loads`, a tile earlier) --
-    alpha_t = exp(g) (its record written) and the replay's alpha products c_j = alpha_t prod_{i > j} alpha_i (row
-    j < STEP of the aux tile) and P = c_{-1} (row STEP) -- into the aux stage the consumer reads."""
+    """FUSE: tile `tile`'s per-beam scalars as the prep kernel forms them, from its ancestral alphas and gates
+    (`_key_loads`, a tile earlier) -- alpha_t = exp(g) (its record written) and the replay's alpha products
+    c_j = alpha_t prod_{i > j} alpha_i (row j < STEP of the aux tile) and P = c_{-1} (row STEP) -- into the aux
+    stage the consumer reads."""
     head = tile // NBT
     r = head // HV
     hv = head % HV
@@ -226,14 +180,13 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
               ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
               khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
               G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, BB: gl.constexpr,
-              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr,
-              AHEAD: gl.constexpr):
+              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr):
     """Every load of the program, in the order the consumer uses them, one tile of q, k ahead. With FUSE also
-    the key-axis work of the prep kernel (`_key_scalars`, after the tile's k-hat gathers are issued) and the
-    ancestral k-hat rows, every depth's ahead of the tile's delta rows in the ring (the consumer forms all dots
-    before its projections). AHEAD (FUSE): the next tile's dependent loads -- parents, then its ancestry rows,
-    then its ancestral alphas -- each issued after one of this tile's gather phases, so none of them stalls the
-    issue of this tile's gathers or its alpha products."""
+    the key-axis work of the prep kernel (the ancestry rows, `_key_scalars`) and the ancestral k-hat rows, every
+    depth's ahead of the tile's delta rows in the ring (the consumer forms all dots before its projections). The
+    dependent loads of the next tile -- its parents, then its ancestry rows, then its ancestral alphas -- go out
+    after one of this tile's gather phases each, so none of them holds up this tile's gathers or its alpha
+    products (stop 24: 2-7 % off the four issue-3 cells)."""
     gat: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [PWARPS, 1], [1, 0])
     sl: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [PWARPS, 1], [1, 0])   # rows as in `gat`
     pl: gl.constexpr = gl.BlockedLayout([1, TPC], [32, 1], [PWARPS, 1], [1, 0])   # a beam's row in one thread
@@ -245,18 +198,14 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
     prev_head, s_cnt, qk_cnt = _issue_s_qk(tile0, zero - 1, zero, zero, NBT, W, HV, s_desc, q_desc, k_desc, s_smem,
                                            q_smem, k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, V, BB)
     _gdc_wait()     # the prep kernel's ancestry rows and every earlier step's records are written
-    if AHEAD:       # TP == TPC here (ws_launch_params)
+    if FUSE:        # TP == TPC here (ws_launch_params)
         slots = _anc_rows(anc_ptr, anc_next_ptr, _par_rows(par_ptr, tile0, tile1, NBT, W, HV, BB, sl), tile0, tile1,
                           NBT, W, HV, T_CAP, STEP, TP, BB, sl)
         par_n = _par_rows(par_ptr, tile0 + 1, tile1, NBT, W, HV, BB, pl)     # one beam per thread while it waits
-        if AHEAD == 2:
-            alphas = gl.full([BB, TPC], 1.0, gl.float32, pl)     # the first tile's: loaded after its k-hat gathers
-            gv = gl.zeros([BB], gl.float32, gl.SliceLayout(1, pl))
-        else:
-            alphas, gv = _key_loads(tile0, tile1, gl.convert_layout(slots, pl), alpha_ptr, g_ptr, R, W, HV, NBT,
-                                    STEP, TPC, BB, pl)
+        alphas, gv = _key_loads(tile0, tile1, gl.convert_layout(slots, pl), alpha_ptr, g_ptr, R, W, HV, NBT, STEP,
+                                TPC, BB, pl)
     else:
-        slots = _load_slots(anc_ptr, par_ptr, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl, FUSE)
+        slots = _load_slots(anc_ptr, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl)
     a_cnt = zero
     cnt = 0
     for tile in range(tile0, tile1):
@@ -267,8 +216,8 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
             prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
                                                    k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
                                                    qk_empty, G, K, V, BB)
-        if not AHEAD:
-            slots_next = _load_slots(anc_ptr, par_ptr, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl, FUSE)
+        if not FUSE:
+            slots_next = _load_slots(anc_ptr, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl)
         head = tile // NBT
         r = head // HV
         hv = head % HV
@@ -279,32 +228,23 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
                 rec = (j * R + r) * W + slot
                 kptrs = khat_ptr + ((rec * (HV // G) + hv // G).to(gl.int64) * K)[:, None] + cols[None, :]
                 cnt = _ring_put(kptrs, ring, ring_ready, ring_empty, cnt, NR)
-            if AHEAD:               # the next tile's ancestry rows (its parents landed during the gathers)
-                if AHEAD == 2:
-                    if tile == tile0:
-                        alphas, gv = _key_loads(tile0, tile1, gl.convert_layout(slots, pl), alpha_ptr, g_ptr, R, W,
-                                                HV, NBT, STEP, TPC, BB, pl)
-                par_sl = gl.convert_layout(par_n, gl.SliceLayout(1, sl))
-                slots_next = _anc_rows(anc_ptr, anc_next_ptr, par_sl, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP,
-                                       BB, sl)
-                a_cnt = _key_scalars_from(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, R, W, HV,
-                                          NBT, STEP, TPC, BB, pl)
-            else:
-                # the alpha products' dependent loads (parent -> ancestry row -> alphas) while those rows are in
-                # flight
-                a_cnt = _key_scalars(tile, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, aux, aux_ready,
-                                     aux_empty, a_cnt, R, W, HV, T_CAP, NBT, STEP, TPC, BB, PWARPS)
+            # the next tile's ancestry rows (its parents landed during the gathers), then this tile's products
+            par_sl = gl.convert_layout(par_n, gl.SliceLayout(1, sl))
+            slots_next = _anc_rows(anc_ptr, anc_next_ptr, par_sl, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB,
+                                   sl)
+            a_cnt = _key_scalars(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, R, W, HV, NBT, STEP,
+                                 TPC, BB, pl)
         for j in gl.static_range(STEP):
             slot = gl.convert_layout(gl.sum(gl.where(tcol[None, :] == j, slots, 0), axis=1), row_l)
             rec = (j * R + r) * W + slot
             ptrs = delta_ptr + ((rec * HV + hv).to(gl.int64) * V)[:, None] + cols[None, :]
             cnt = _ring_put(ptrs, ring, ring_ready, ring_empty, cnt, NR)
-        if AHEAD:                   # the next tile's alphas and gates (its ancestry rows landed meanwhile)
+        if FUSE:                    # the next tile's alphas and gates (its ancestry rows landed meanwhile)
             alphas, gv = _key_loads(tile + 1, tile1, gl.convert_layout(slots_next, pl), alpha_ptr, g_ptr, R, W, HV,
                                     NBT, STEP, TPC, BB, pl)
         vptrs = v_ptr + (r * sv_r + offs_b * sv_w + hv * sv_h).to(gl.int64)[:, None] + cols[None, :]
         cnt = _ring_put(vptrs, ring, ring_ready, ring_empty, cnt, NR)
-        if AHEAD:
+        if FUSE:
             par_n = _par_rows(par_ptr, tile + 2, tile1, NBT, W, HV, BB, pl)
         if (tile + 1 < tile1) & (not early):
             prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
@@ -329,17 +269,16 @@ def _ring_take(ring, ring_ready, ring_empty, cnt, mma: gl.constexpr, NR: gl.cons
 def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready, qk_empty,
               ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr, beta_ptr,
               R, W, HV, NT, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr, ROWDOTS: gl.constexpr):
+              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr):
     """Projections, replay, delta_t and o_t of every tile of the program (the default partition: two
     warpgroups, each owning half of the V columns). The replay's coefficients come from the prep kernel's
     table, or with FUSE from this tile's q, k rows (norms, k-hat_j . q-hat and k-hat_j . k-hat against the
     ancestral k-hat rows from the ring) and the producer's alpha products; FUSE also stores the k-hat_t record."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, V // 2, 16])
     row_l: gl.constexpr = gl.SliceLayout(1, mma)
-    if ROWDOTS:     # the key-axis dots with whole rows in each warp: sums by shuffles, no cross-warp exchange
-        kl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
-    else:
-        kl: gl.constexpr = mma
+    # FUSE's key-axis norms and dots with whole rows in each warp: sums by shuffles, no cross-warp exchange
+    # through shared memory (in `mma` each row is split over both warpgroups; stop 24: 0.3-3.4 %)
+    kl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
     tile0, tile1, NBT = _tiles(NT, W, BB)
     plane = R * HV * W
     cnt = 0
@@ -382,15 +321,13 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
                 kh_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, kl, NR)
                 aux.index(st * 3 * TPC + TPC + j).store(gl.sum(kh_j * qf, axis=1) * inv_q)
                 aux.index(st * 3 * TPC + 2 * TPC + j).store(gl.sum(kh_j * kf, axis=1) * inv_k)
-            if ROWDOTS:             # the three key scalars to the accumulator layout, through shared memory
-                keys.index(0).store(inv_q)
-                keys.index(1).store(inv_k)
-                keys.index(2).store(kq_t)
+            keys.index(0).store(inv_q)      # the three key scalars to the accumulator layout
+            keys.index(1).store(inv_k)
+            keys.index(2).store(kq_t)
             gl.thread_barrier()
-            if ROWDOTS:
-                inv_q = keys.index(0).load(row_l)
-                inv_k = keys.index(1).load(row_l)
-                kq_t = keys.index(2).load(row_l)
+            inv_q = keys.index(0).load(row_l)
+            inv_k = keys.index(1).load(row_l)
+            kq_t = keys.index(2).load(row_l)
         s_t = s_smem.permute((1, 0))
         zero = gl.zeros([BB, V], gl.float32, mma)
         u_q = warpgroup_mma(q_smem.index(st), s_t, zero, use_acc=False, is_async=True)
@@ -442,7 +379,6 @@ def _onela_main_ws_kernel(
     R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
     K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
     TPC: gl.constexpr, PWARPS: gl.constexpr, PREGS: gl.constexpr, PDL_NEXT: gl.constexpr, FUSE: gl.constexpr,
-    AHEAD: gl.constexpr, ROWDOTS: gl.constexpr,
 ):
     """Step STEP (>= 1) of the main kernel -- with FUSE the whole step, the prep kernel's work included; a
     persistent program per SM over a contiguous range of beam tiles. anc_ptr is this step's ancestry table,
@@ -455,7 +391,7 @@ def _onela_main_ws_kernel(
     k_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, K], q_desc.layout)
     ring = gl.allocate_shared_memory(gl.bfloat16, [NR, BB, V], dst_desc.layout)
     aux = gl.allocate_shared_memory(gl.float32, [6 * TPC, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
-    keys = gl.allocate_shared_memory(gl.float32, [3 if ROWDOTS else 1, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    keys = gl.allocate_shared_memory(gl.float32, [3, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     o_smem = gl.allocate_shared_memory(out_desc.dtype, [BB, V], out_desc.layout)
     d_smem = gl.allocate_shared_memory(gl.bfloat16, [BB, V], dst_desc.layout)
     kh_smem = d_smem    # FUSE's k-hat_t record goes out through d_smem: each tile's k-hat_t store is waited for before
@@ -481,11 +417,11 @@ def _onela_main_ws_kernel(
     gl.warp_specialize([
         (_consumer, (s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr,
-                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE, ROWDOTS)),
+                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE)),
         (_producer, (s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr,
                      alpha_ptr, g_ptr, khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
-                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE, AHEAD)),
+                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE)),
     ], [PWARPS], [PREGS])
 
 
@@ -534,20 +470,15 @@ def ws_mode(cfg: dict, t: int, has_prep: bool) -> str | None:
 
 def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: int) -> tuple[tuple, dict]:
     """(grid, constexpr arguments and launch options) of step t's warp-specialised kernel: one place for
-    `launch_ws` and `kernels.inspect`. Grid (config ws_grid): "sm", one program per SM; "even", as many
-    programs as take ceil(tiles / SMs) tiles each -- the same longest program, and where that count divides a
-    head's tiles no program crosses from one S tile to the next."""
+    `launch_ws` and `kernels.inspect`."""
     pow2 = lambda x: 1 << (x - 1).bit_length()      # noqa: E731
     nt = R * geo.hv * (W // BB_TILE)
     fuse = mode == "step"
-    ahead = int(cfg["ws_ahead"]) if fuse else 0
     tpc = max(2, pow2(t + 1))
     const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5,
-                 TP=tpc if ahead else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
-                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse, AHEAD=ahead, ROWDOTS=bool(cfg["ws_rowdots"]) and fuse)
-    per_prog = -(-nt // n_sm)
-    grid = min(nt, n_sm) if cfg["ws_grid"] == "sm" else -(-nt // per_prog)
-    return (grid,), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
+                 TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
+                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse)
+    return (min(nt, n_sm),), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
 
 
 def launch_ws(st, q, k, v, g, beta, parents, anc_prev, anc_cur, out, grid, const: dict, opts: dict):

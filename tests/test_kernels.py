@@ -351,11 +351,9 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     wl = make_workload(name, R, W, T, lineage="beam", seed=5, device="cuda")
     ref = fullstate_decode(wl)
     base, _ = _graph_replays({"ws": "off"}, wl, 1)      # the Triton kernels (ws is the default since stop 23)
-    for cfg in ({"ws": "main"}, {"ws": "step"}, {"ws": "all"}, {"ws": "step", "ws_rowdots": True},
-                {"ws": "all", "ws_ahead": 1, "ws_grid": "even", "ws_rowdots": True}):
-        mode = cfg
-        st, replays = _graph_replays(cfg, wl, 4)
-        assert f"ws_{cfg['ws']}" in st.kernel_info, (mode, st.kernel_info)
+    for mode in ("main", "step", "all"):
+        st, replays = _graph_replays({"ws": mode}, wl, 4)
+        assert f"ws_{mode}" in st.kernel_info, (mode, st.kernel_info)
         assert max_abs_err(replays[0], ref) <= DEFAULT_TOLERANCE, mode
         for o in replays[1:]:
             assert torch.equal(o, replays[0]), mode
