@@ -600,7 +600,7 @@ class OneLAStepper(Stepper):
         geo, R, W = self.geometry, self.R, self.W
         check_step(self, t, q, k, v, g, beta, parents, out)
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
-        ws_ok = self.config["ws"] != "off" and ws_supports(geo, W, q, v, out) is None   # else the Triton kernels
+        ws_ok = self.config["ws"] != "off" and ws_supports(geo, W, q, k, v, out) is None   # else the Triton kernels
         launches = step_launches(self.config, geo, R, W, t, q.dtype == torch.bfloat16, ws_ok=ws_ok, n_sm=self.n_sm)
         if "fused" in launches:
             grid, const, opts = launches["fused"]

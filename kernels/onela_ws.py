@@ -17,7 +17,8 @@ consumer forms the norms and k-hat . q-hat, k-hat . k-hat itself and writes the 
 record layout as the Triton kernels.
 
 Applies (`ws_supports`) on Hopper where K = V = 128, W is a multiple of the 64-beam tile (no partial tiles: the
-TMA boxes are 2-D over [R * W, H * D] views) and q, k, v, out are contiguous bf16 [R, W, H, D] rows. S_ctx is
+TMA boxes are 2-D over [R * W, H * D] views) and q, k, v are bf16 [R, W, H, D] rows, dense within a row and evenly
+spaced (also views into the model's conv output, `ws_layout_supports`), out contiguous. S_ctx is
 read as its bf16 rounding -- the `s_lo: none` projection the K = 128 Triton default uses too -- from a copy made
 at reset (the stepper keeps the fp32 state for the Triton fallback). The interpreter does not run Gluon: its
 correctness tests are GPU tests; CI compiles it for sm_90a through `kernels.inspect`.
@@ -438,19 +439,27 @@ def ws_shape_supports(geo, W: int, device=None) -> str | None:
     return None
 
 
-def ws_supports(geo, W: int, q, v, out) -> str | None:
-    """Why the warp-specialised kernel cannot run this step (None: it can)."""
-    reason = ws_shape_supports(geo, W, q.device)
-    if reason:
-        return reason
+def ws_layout_supports(W: int, q, k, v, out) -> str | None:
+    """Why these step inputs cannot go to the warp-specialised kernel (None: they can). q, k and v are read as 2-D
+    [R * W, H * D] TMA / cp.async rows: each row's [H, D] block dense, the rows evenly spaced (a multiple of 16
+    bytes, 16-byte aligned) -- also when they are views into a wider tensor, as the model's split of its conv
+    output is; out is stored by TMA as contiguous rows; all bf16."""
     R = q.shape[0]
-    for name, x in (("q", q), ("v", v), ("out", out)):
-        if x.stride(-1) != 1 or x.stride(-2) != x.shape[-1] or x.stride(1) != x.shape[2] * x.shape[3] \
-                or (R > 1 and x.stride(0) != W * x.stride(1)):
-            return f"ws: {name} is not laid out as contiguous [R, W, H, D] rows (strides {tuple(x.stride())})"
-    if q.dtype != torch.bfloat16 or out.dtype != torch.bfloat16:
-        return f"ws: q / out dtype {q.dtype} / {out.dtype} (needs bfloat16)"
+    for name, x in (("q", q), ("k", k), ("v", v), ("out", out)):
+        if x.dtype != torch.bfloat16:
+            return f"ws: {name} dtype {x.dtype} (needs bfloat16)"
+        rows = x.stride(1) if name != "out" else x.shape[2] * x.shape[3]
+        if x.stride(-1) != 1 or x.stride(-2) != x.shape[-1] or x.stride(1) != rows \
+                or (R > 1 and x.stride(0) != W * x.stride(1)) or (x.stride(1) * x.element_size()) % 16 \
+                or x.data_ptr() % 16:
+            what = "contiguous [R, W, H, D]" if name == "out" else "16-byte aligned [R, W, H, D] rows with dense [H, D]"
+            return f"ws: {name} is not laid out as {what} (strides {tuple(x.stride())})"
     return None
+
+
+def ws_supports(geo, W: int, q, k, v, out) -> str | None:
+    """Why the warp-specialised kernel cannot run this step (None: it can)."""
+    return ws_shape_supports(geo, W, q.device) or ws_layout_supports(W, q, k, v, out)
 
 
 def _desc(x2d: torch.Tensor, block):

@@ -363,6 +363,52 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
             assert ((a - b).abs() <= 2 ** -6 * b.abs() + 1e-4 * b.abs().max()).all(), (mode, a.shape)
 
 
+def _as_conv_split(q, k, v):
+    """q, k, v [R, W, H, D] as the model hands them over: views into one [R, W, HK*K + HK*K + HV*V] conv output."""
+    mixed = torch.cat([q.flatten(-2), k.flatten(-2), v.flatten(-2)], dim=-1)
+    qs, ks, vs = torch.split(mixed, [q[0, 0].numel(), k[0, 0].numel(), v[0, 0].numel()], dim=-1)
+    return qs.unflatten(-1, q.shape[-2:]), ks.unflatten(-1, k.shape[-2:]), vs.unflatten(-1, v.shape[-2:])
+
+
+def test_ws_takes_the_models_conv_split_and_rejects_other_layouts():
+    """The warp-specialised kernel reads q, k, v as evenly spaced rows (TMA / cp.async), so the model's split of
+    its conv output qualifies; rows it cannot address that way, unaligned ones or another dtype go to the Triton
+    kernels with the reason named (layout only: this runs on CPU)."""
+    from kernels.onela_ws import ws_layout_supports
+    wl = make_workload("qwen3_5_0_8b", 2, 64, 2, lineage="beam", seed=0)
+    q, k, v = wl.q[0], wl.k[0], wl.v[0]
+    out = torch.empty(2, 64, 16, 128, dtype=torch.bfloat16)
+    assert ws_layout_supports(64, q, k, v, out) is None
+    qs, ks, vs = _as_conv_split(q, k, v)
+    assert qs.stride(1) == 3 * 16 * 128 and ws_layout_supports(64, qs, ks, vs, out) is None
+    wide = torch.zeros(2, 64, 16 * 128 + 1, dtype=torch.bfloat16)    # a view one element in: not 16-byte aligned
+    shifted = wide[..., 1:].unflatten(-1, (16, 128))
+    assert "k is not laid out" in ws_layout_supports(64, q, shifted, v, out)
+    assert "v is not laid out" in ws_layout_supports(64, q, k, v.transpose(2, 3), out)
+    assert "out is not laid out" in ws_layout_supports(64, q, k, v, torch.empty(2, 16, 64, 128, dtype=torch.bfloat16).transpose(1, 2))
+    assert "q dtype torch.float32" in ws_layout_supports(64, q.float(), k, v, out)
+
+
+@pytest.mark.gpu
+def test_gpu_ws_kernel_reads_the_models_conv_split():
+    """q, k, v as views into one conv output (the full model's layout) run the warp-specialised kernel and give
+    bit for bit what contiguous copies give, within the FP32 FullState gate."""
+    wl = make_workload("qwen3_5_0_8b", 4, 256, 4, lineage="beam", seed=3, device="cuda")
+    ref = fullstate_decode(wl)
+    outs = []
+    for split in (False, True):
+        st = OneLAStepper(wl.geometry, wl.R, wl.W, wl.T, "cuda")
+        out = torch.full((wl.T, wl.R, wl.W, 16, 128), math.nan, dtype=torch.bfloat16, device="cuda")
+        st.reset(wl.s_ctx)
+        for t in range(wl.T):
+            q, k, v = _as_conv_split(wl.q[t], wl.k[t], wl.v[t]) if split else (wl.q[t], wl.k[t], wl.v[t])
+            st.step(t, q, k, v, wl.g[t], wl.beta[t], wl.parents[t], out[t])
+        assert "ws_all" in st.kernel_info and "main" not in st.kernel_info, st.kernel_info
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    assert max_abs_err(outs[1], ref) <= DEFAULT_TOLERANCE
+
+
 def test_inspect_compiles_hopper_kernels_without_a_gpu():
     """`kernels.inspect` compiles the launch's kernels for sm_90a on this host (ptxas ships with Triton) and
     reports registers / spills per step; at K = 256 the default (`qk_first`, since stop 18) issues each
