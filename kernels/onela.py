@@ -479,7 +479,9 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     (kernels/NOTES.md).
     ws (stop 23, K = V = 128; kernels/onela_ws.py): the warp-specialised Gluon kernel on Hopper wherever it applies
     (W a multiple of 64, bf16 [R, W, H, D] rows; elsewhere the Triton kernels above run) -- "all", one launch per
-    step, at G <= 2: 0.82-0.87x the Triton kernels' time at the four Qwen3.5-0.8B cells in one run; "main"
+    step, at G <= 2: 0.76-0.84x the Triton kernels' time at the four Qwen3.5-0.8B cells in one run (stop 24,
+    bench_370e217.log; its producer issues the next tile's dependent key loads early, its consumer sums the key
+    axis within warps); "main"
     (after the Triton prep kernel) at G > 2, where the one-launch kernel would gather each key head's k-hat rows
     G times: 0.88-0.96x at qwen3_5_397b R=4 and R=16 O=7, 1.016x at R=16 O=3 (kernels/NOTES.md). Its ring of
     gathered rows takes ws_ring entries (None: 5, what shared memory allows; 4 timed -0.7 to +1.6 %, 3 0-3 %
