@@ -33,7 +33,7 @@ from triton.language.extra import cuda as tl_cuda
 from artifact.ancestry import build as build_ancestry
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
-from kernels.onela_ws import launch_ws, ws_launch_params, ws_mode, ws_shape_supports, ws_supports
+from kernels.onela_ws import launch_ws, ws_launch_params, ws_layout_supports, ws_mode, ws_shape_supports
 
 
 @triton.jit
@@ -585,6 +585,8 @@ class OneLAStepper(Stepper):
                              f"two-launch kernels: needs s_lo 'none' and fused False, got {self.config['s_lo']!r}, "
                              f"{self.config['fused']}")
         self.n_sm = n_sm
+        # the shape and device part of whether the ws kernel runs, fixed per decode; each step checks its inputs
+        self.ws_shape_ok = self.config["ws"] != "off" and ws_shape_supports(geometry, W, self.device) is None
         self.s_bf16 = None              # S_ctx's bf16 rounding, made at reset where the ws kernel runs
         self.kernel_info: dict = {}     # kernel name -> (registers, spilled 4-byte registers) of its last compile
 
@@ -595,14 +597,14 @@ class OneLAStepper(Stepper):
     def reset(self, s_ctx, tail=None):
         self.s_ctx = check_reset(self, s_ctx, tail)
         # the warp-specialised kernel loads S's bf16 rounding by TMA (kernels/onela_ws.py): made where it can run
-        if self.config["ws"] != "off" and ws_shape_supports(self.geometry, self.W, self.device) is None:
+        if self.ws_shape_ok:
             self.s_bf16 = self.s_ctx.to(torch.bfloat16)
 
     def step(self, t, q, k, v, g, beta, parents, out):
         geo, R, W = self.geometry, self.R, self.W
         check_step(self, t, q, k, v, g, beta, parents, out)
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
-        ws_ok = self.config["ws"] != "off" and ws_supports(geo, W, q, k, v, out) is None   # else the Triton kernels
+        ws_ok = self.ws_shape_ok and ws_layout_supports(W, q, k, v, out) is None   # else the Triton kernels
         launches = step_launches(self.config, geo, R, W, t, q.dtype == torch.bfloat16, ws_ok=ws_ok, n_sm=self.n_sm)
         if "fused" in launches:
             grid, const, opts = launches["fused"]

@@ -17,9 +17,9 @@ depth's k-hat rows in the ring ahead of the delta rows, from which the consumer 
 k-hat . k-hat itself (whole rows per warp) and writes the k-hat_t record. Same math and record layout as the
 Triton kernels.
 
-Applies (`ws_supports`) on Hopper where K = V = 128, W is a multiple of the 64-beam tile (no partial tiles: the
-TMA boxes are 2-D over [R * W, H * D] views) and q, k, v are bf16 [R, W, H, D] rows, dense within a row and evenly
-spaced (also views into the model's conv output, `ws_layout_supports`), out contiguous. S_ctx is
+Applies on Hopper where K = V = 128 and W is a multiple of the 64-beam tile (`ws_shape_supports`; no partial
+tiles: the TMA boxes are 2-D over [R * W, H * D] views), and q, k, v are bf16 [R, W, H, D] rows, dense within a
+row and evenly spaced (also views into the model's conv output), out contiguous (`ws_layout_supports`). S_ctx is
 read as its bf16 rounding -- the `s_lo: none` projection the K = 128 Triton default uses too -- from a copy made
 at reset (the stepper keeps the fp32 state for the Triton fallback). The interpreter does not run Gluon: its
 correctness tests are GPU tests; CI compiles it for sm_90a through `kernels.inspect`.
@@ -92,11 +92,11 @@ def _load_slots(anc_ptr, tile, tile1, NBT, W, HV, T_CAP, STEP: gl.constexpr, TP:
 
 
 @gluon.jit
-def _par_rows(par_ptr, tile, tile1, NBT, W, HV, BB: gl.constexpr, sl: gl.constexpr):
-    """The parents of tile `tile`'s beams (zeros past this program's last tile), rows as in layout `sl`."""
+def _par_rows(par_ptr, tile, tile1, NBT, W, HV, BB: gl.constexpr, layout: gl.constexpr):
+    """The parents of tile `tile`'s beams (zeros past this program's last tile), rows as in `layout`."""
     head = tile // NBT
     r = head // HV
-    rows = r * W + (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, sl))
+    rows = r * W + (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, layout))
     return gl.load(par_ptr + rows, mask=tile < tile1, other=0)
 
 
@@ -137,8 +137,8 @@ def _key_loads(tile, tile1, slots, alpha_ptr, g_ptr, R, W, HV, NBT, STEP: gl.con
 
 
 @gluon.jit
-def _key_scalars(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, R, W, HV, NBT,
-                      STEP: gl.constexpr, TPC: gl.constexpr, BB: gl.constexpr, pl: gl.constexpr):
+def _key_scalars(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, R, W, HV, NBT, STEP: gl.constexpr,
+                 TPC: gl.constexpr, BB: gl.constexpr, pl: gl.constexpr):
     """FUSE: tile `tile`'s per-beam scalars as the prep kernel forms them, from its ancestral alphas and gates
     (`_key_loads`, a tile earlier) -- alpha_t = exp(g) (its record written) and the replay's alpha products
     c_j = alpha_t prod_{i > j} alpha_i (row j < STEP of the aux tile) and P = c_{-1} (row STEP) -- into the aux
@@ -429,7 +429,7 @@ def _onela_main_ws_kernel(
 
 def ws_shape_supports(geo, W: int, device=None) -> str | None:
     """Why the warp-specialised kernel cannot run any step of this decode shape on `device` (None: it can, given
-    inputs `ws_supports` accepts; device None: the shape alone, as `kernels.inspect` compiles for sm_90a)."""
+    inputs `ws_layout_supports` accepts; device None: the shape alone, as `kernels.inspect` compiles for sm_90a)."""
     device = None if device is None else torch.device(device)
     if device is not None and (device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9):
         return f"ws: needs a Hopper GPU (wgmma, TMA), not {device}"
@@ -458,11 +458,6 @@ def ws_layout_supports(W: int, q, k, v, out) -> str | None:
     return None
 
 
-def ws_supports(geo, W: int, q, k, v, out) -> str | None:
-    """Why the warp-specialised kernel cannot run this step (None: it can)."""
-    return ws_shape_supports(geo, W, q.device) or ws_layout_supports(W, q, k, v, out)
-
-
 def _desc(x2d: torch.Tensor, block):
     layout = gl.NVMMASharedLayout.get_default_for(block, gl.bfloat16)
     return TensorDescriptor(x2d, list(x2d.shape), list(x2d.stride()), list(block), layout)
@@ -471,7 +466,8 @@ def _desc(x2d: torch.Tensor, block):
 def ws_mode(cfg: dict, t: int, has_prep: bool) -> str | None:
     """Which warp-specialised launch step t runs under config `cfg` ("main" after the prep kernel, "step" the
     whole step), or None for the Triton kernels. `has_prep`: the Triton launch plan of step t has a prep kernel
-    (not step 0 under fuse_step0, which "all" takes over too). Shape support is `ws_supports`'s."""
+    (not step 0 under fuse_step0, which "all" takes over too). Whether shape and inputs allow it is
+    `ws_shape_supports` / `ws_layout_supports`'s to say."""
     ws = cfg["ws"]
     if ws == "off" or not (has_prep or ws == "all"):
         return None

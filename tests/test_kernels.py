@@ -385,7 +385,8 @@ def test_ws_takes_the_models_conv_split_and_rejects_other_layouts():
     shifted = wide[..., 1:].unflatten(-1, (16, 128))
     assert "k is not laid out" in ws_layout_supports(64, q, shifted, v, out)
     assert "v is not laid out" in ws_layout_supports(64, q, k, v.transpose(2, 3), out)
-    assert "out is not laid out" in ws_layout_supports(64, q, k, v, torch.empty(2, 16, 64, 128, dtype=torch.bfloat16).transpose(1, 2))
+    out_t = torch.empty(2, 16, 64, 128, dtype=torch.bfloat16).transpose(1, 2)
+    assert "out is not laid out" in ws_layout_supports(64, q, k, v, out_t)
     assert "q dtype torch.float32" in ws_layout_supports(64, q.float(), k, v, out)
 
 
