@@ -7,7 +7,9 @@ kernel that does nothing but the gathers reaches.
 Store [T, R, W, H, 128] bf16 (the GtrStore k-hat / delta layout, 256 B rows). A Triton kernel sums, per (beam, head),
 its 5 ancestral rows of step 5 (depth j gathered at slot anc[5, r, b, j]) and writes the sum: 5 gathered rows read,
 one written, per (beam, head). Patterns: the real ancestry (lineage 'beam'), the identity (every slot = b: the same
-bytes, streamed) and the grid ordered heads-fastest. Reference: a torch copy of the same bytes."""
+bytes, streamed) and the grid ordered heads-fastest; the store as [T, R, W, H, 128] (GtrStore's) or [T, R, H, W, 128]
+(a head's rows of one step contiguous, so a beam tile's rows are near one another). Reference: a torch copy of the
+same bytes."""
 import json
 import os
 
@@ -21,7 +23,7 @@ from artifact.workload import make_workload
 
 @triton.jit
 def gather_sum(store_ptr, anc_ptr, out_ptr, R, W, H, T_CAP, STEP: tl.constexpr, BB: tl.constexpr, K: tl.constexpr,
-               HEADS_FAST: tl.constexpr):
+               HEADS_FAST: tl.constexpr, HW: tl.constexpr):
     pid_rh = tl.program_id(0 if HEADS_FAST else 1)
     pid_b = tl.program_id(1 if HEADS_FAST else 0)
     r = pid_rh // H
@@ -31,8 +33,11 @@ def gather_sum(store_ptr, anc_ptr, out_ptr, R, W, H, T_CAP, STEP: tl.constexpr, 
     acc = tl.zeros([BB, K], dtype=tl.float32)
     for j in tl.static_range(STEP):
         slot = tl.load(anc_ptr + (r * W + offs_b) * T_CAP + j)
-        rec = (j * R + r) * W + slot
-        acc += tl.load(store_ptr + (rec * H + h).to(tl.int64)[:, None] * K + offs_k[None, :]).to(tl.float32)
+        if HW:
+            row = ((j * R + r) * H + h) * W + slot
+        else:
+            row = ((j * R + r) * W + slot) * H + h
+        acc += tl.load(store_ptr + row.to(tl.int64)[:, None] * K + offs_k[None, :]).to(tl.float32)
     tl.store(out_ptr + ((r * W + offs_b) * H + h).to(tl.int64)[:, None] * K + offs_k[None, :], acc.to(tl.bfloat16))
 
 
@@ -63,11 +68,12 @@ def main():
             for name, a in (("ancestry", anc), ("identity", ident)):
                 n_distinct = distinct if name == "ancestry" else STEP * R * W
                 comp = n_distinct * H * K * 2 + R * W * H * K * 2     # each distinct row once + rows written
-                for hf in (False, True):
+                for hf, hw in ((False, False), (True, False), (False, True), (True, True)):
                     grid = (R * H, W // BB) if hf else (W // BB, R * H)
                     ms = bench(lambda: gather_sum[grid](store, a, o, R, W, H, T, STEP=STEP, BB=BB, K=K,
-                                                        HEADS_FAST=hf, num_warps=4))
-                    key = f"R{R} BB{BB} {name} {'heads_fast' if hf else 'beams_fast'}"
+                                                        HEADS_FAST=hf, HW=hw, num_warps=4))
+                    key = (f"R{R} BB{BB} {name} {'heads_fast' if hf else 'beams_fast'} "
+                           f"{'store_rhw' if hw else 'store_rwh'}")
                     out[key] = ms
                     print(f"{key:40s} {ms*1e3:7.1f} us  raw {raw/ms/1e9:6.2f} TB/s  "
                           f"distinct-rows {comp/ms/1e9:6.2f} TB/s", flush=True)
