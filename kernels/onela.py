@@ -501,7 +501,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
             "fuse_step0": bk == K and G <= 2, "ws": ("all" if G <= 2 else "main") if K == V == 128 else "off",
-            "ws_ring": None, "ws_regs": 88, "ws_maxnreg": 168, "ws_loop": False, "ws_early_par": False}
+            "ws_ring": None, "ws_regs": 88, "ws_maxnreg": 168, "ws_loop": True, "ws_early_par": True}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane
@@ -710,27 +710,33 @@ class OneLAPath(StepperPath):
         return onela_cost(wl)
 
 
-def onela_cost(wl) -> dict:
-    """Compulsory bytes and FLOPs of the fused replay algorithm (not of this kernel's actual reads).
-
-    Bytes: each step reads q, k, v, g, beta, parents, S_ctx once and every *distinct* ancestral record its live
-    beams replay, and writes o (input dtype), the new GTRs and its ancestry rows. FLOPs: the two S_ctx
-    projections (2 x 2VK per beam and value head), per replayed record two K-dots and two V-axpys, and the
-    final delta / o (about 6V).
-    """
+def onela_step_bytes(wl) -> list[tuple[int, int]]:
+    """Compulsory (read, written) bytes of each step of the fused replay algorithm (`onela_cost`'s terms)."""
     geo, T, R, W = wl.geometry, wl.T, wl.R, wl.W
     esz = wl.q.element_size()
     rec_v = geo.hv * (4 + 2 * geo.v)          # alpha + delta of one (beam slot) record, all value heads
     rec_k = geo.hk * 2 * geo.k                # k-hat of one record, all key heads
     anc = build_ancestry(wl.parents.cpu())    # [T, R, W, T]
-    nbytes = flops = 0
+    steps = []
     for t in range(T):
-        nbytes += R * W * (2 * geo.hk * geo.k * esz + geo.hv * geo.v * esz + geo.hv * 8 + 4)   # inputs
-        nbytes += R * geo.hv * geo.v * geo.k * 4                                                # S_ctx
+        read = R * W * (2 * geo.hk * geo.k * esz + geo.hv * geo.v * esz + geo.hv * 8 + 4)     # inputs
+        read += R * geo.hv * geo.v * geo.k * 4                                                # S_ctx
         for j in range(t):
             distinct = sum(anc[t, r, :, j].unique().numel() for r in range(R))
-            nbytes += distinct * (rec_v + rec_k)                                                # replayed GTRs
-        nbytes += R * W * (geo.hv * geo.v * esz + rec_v + rec_k + t * 4 * 2)                   # o, new GTR, ancestry
-        per_beam_head = 4 * geo.v * geo.k + t * (4 * geo.k + 4 * geo.v) + 6 * geo.v + 2 * geo.k
-        flops += R * W * geo.hv * per_beam_head
-    return {"compulsory_bytes": nbytes, "flops": flops, "rate": "bf16_flop_per_s"}
+            read += distinct * (rec_v + rec_k)                                                # replayed GTRs
+        steps.append((read, R * W * (geo.hv * geo.v * esz + rec_v + rec_k + t * 4 * 2)))     # o, new GTR, ancestry
+    return steps
+
+
+def onela_cost(wl) -> dict:
+    """Compulsory bytes and FLOPs of the fused replay algorithm (not of this kernel's actual reads).
+
+    Bytes (`onela_step_bytes`): each step reads q, k, v, g, beta, parents, S_ctx once and every *distinct*
+    ancestral record its live beams replay, and writes o (input dtype), the new GTRs and its ancestry rows. FLOPs:
+    the two S_ctx projections (2 x 2VK per beam and value head), per replayed record two K-dots and two V-axpys,
+    and the final delta / o (about 6V).
+    """
+    geo, T, R, W = wl.geometry, wl.T, wl.R, wl.W
+    per_beam_head = lambda t: 4 * geo.v * geo.k + t * (4 * geo.k + 4 * geo.v) + 6 * geo.v + 2 * geo.k  # noqa: E731
+    return {"compulsory_bytes": sum(r + w for r, w in onela_step_bytes(wl)),
+            "flops": sum(R * W * geo.hv * per_beam_head(t) for t in range(T)), "rate": "bf16_flop_per_s"}
