@@ -18,9 +18,13 @@ class GtrStore:
     def __init__(self, geometry: Geometry, R: int, W: int, T: int, device="cpu",
                  record_dtype=torch.bfloat16, alpha_dtype=torch.float32):
         g = geometry
-        self.alpha = torch.empty(T, R, W, g.hv, dtype=alpha_dtype, device=device)
-        self.delta = torch.empty(T, R, W, g.hv, g.v, dtype=record_dtype, device=device)
-        self.khat = torch.empty(T, R, W, g.hk, g.k, dtype=record_dtype, device=device)
+        # In memory [T, R, H, W(, D)]: one head's records of one step are contiguous, so a beam tile's gathered
+        # ancestral rows lie close together (kernels/NOTES.md, stop 25). The attributes are [T, R, W, H(, D)]
+        # views of them, the order every reader indexes by; a record's row in memory is ((t * R + r) * H + h) * W + b
+        # (the kernels' `_rec`).
+        self.alpha = torch.empty(T, R, g.hv, W, dtype=alpha_dtype, device=device).transpose(2, 3)
+        self.delta = torch.empty(T, R, g.hv, W, g.v, dtype=record_dtype, device=device).transpose(2, 3)
+        self.khat = torch.empty(T, R, g.hk, W, g.k, dtype=record_dtype, device=device).transpose(2, 3)
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
         return self.alpha, self.delta, self.khat

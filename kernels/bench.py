@@ -118,7 +118,8 @@ def _label(cfg: dict, K: int) -> str:
     text += f",lo_{cfg['s_lo']}" if "s_lo" in cfg else ""
     text += {True: ",fuse0", False: ",nofuse0"}.get(cfg.get("fuse_step0"), "")
     text += f",pw{cfg['prep_warps']}" if "prep_warps" in cfg else ""
-    ws_keys = [k for k in ("ws", "ws_ring", "ws_regs", "ws_maxnreg", "ws_loop", "ws_early_par") if k in cfg]     # kernels/onela_ws.py
+    ws_keys = [k for k in ("ws", "ws_ring", "ws_regs", "ws_maxnreg", "ws_loop", "ws_early_par")
+               if k in cfg]     # kernels/onela_ws.py
     text += "".join(f",{k}_{cfg[k]}" for k in ws_keys)
     return text.strip(",")
 

@@ -4,11 +4,12 @@
 The floor of kernels.onela.onela_cost moves each distinct ancestral record at copy bandwidth; this measures what a
 kernel that does nothing but the gathers reaches.
 
-Store [T, R, W, H, 128] bf16 (the GtrStore k-hat / delta layout, 256 B rows). A Triton kernel sums, per (beam, head),
+Store of 256 B bf16 rows (k-hat / delta records, K = 128). A Triton kernel sums, per (beam, head),
 its 5 ancestral rows of step 5 (depth j gathered at slot anc[5, r, b, j]) and writes the sum: 5 gathered rows read,
 one written, per (beam, head). Patterns: the real ancestry (lineage 'beam'), the identity (every slot = b: the same
-bytes, streamed) and the grid ordered heads-fastest; the store as [T, R, W, H, 128] (GtrStore's) or [T, R, H, W, 128]
-(a head's rows of one step contiguous, so a beam tile's rows are near one another). Reference: a torch copy of the
+bytes, streamed) and the grid ordered heads-fastest; the store as [T, R, W, H, 128] (GtrStore's memory order
+before stop 25) or [T, R, H, W, 128] (since: a head's rows of one step contiguous, so a beam tile's rows are near
+one another). Reference: a torch copy of the
 same bytes."""
 import json
 import os

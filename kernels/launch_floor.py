@@ -1,34 +1,69 @@
-"""What one launch per step costs when each launch only streams its step's bytes: `python -m kernels.launch_floor`
-(a benchmark, GPU only; results/kernels/launch_floor_*.log).
+"""What one launch per step costs when each launch only streams its step's bytes, and what the timer's L2 flush
+adds: `python -m kernels.launch_floor` (a benchmark, GPU only; results/kernels/launch_floor_*.log).
 
 The memory floor of `kernels.bench` moves a decode's compulsory bytes as one stream at copy bandwidth. A decode
 step is one launch, and a launch does not stream from its first nanosecond to its last: the work ramps up after the
-launch and drains before the next. This times, per issue-3 cell (Qwen3.5-0.8B, W=512, the bench's workload), in
-CUDA graphs replayed as `kernels.bench` times them (triton do_bench, L2 flushed, median):
-- `steps`: T torch copies, copy t moving step t's compulsory bytes (`onela_step_bytes`: half read, half written);
-- `one`: one copy of all T steps' bytes;
-- `empty`: T launches of a one-element kernel (what the launches alone cost).
-`steps` is what a kernel that streams at copy speed, one launch per step, would take; `steps - one` is what the
-launch boundaries cost such a kernel."""
+launch and drains before the next. And the timer (`triton.testing.do_bench`, DESIGN section 4) flushes L2 by
+zeroing a 256 MB buffer before each replay, which leaves L2 full of dirty lines that the timed replay then writes
+back. Per issue-3 cell (Qwen3.5-0.8B, W=512, the bench's workload), each CUDA graph below is timed twice, as
+do_bench does (`flush`: zero 256 MB, then the timed replay) and with the flush's dirty lines written back before
+the timer starts (`clean`: zero 256 MB, read another 256 MB, then the timed replay); median of 100 replays:
+- `stream`: T launches of a Triton copy kernel, launch t moving step t's compulsory bytes (`onela_step_bytes`:
+  half read, half written); `stream1`: one launch moving all T steps' bytes;
+- `torch`: the same T copies by `Tensor.copy_` (what stop 20's copy_floor.log timed);
+- `empty`: T launches of a one-element kernel (what the launches alone cost);
+- `onela`: the path's default kernels on the bench's workload (gated against FP32 FullState first).
+`stream` is what a kernel that streams its bytes at copy speed, one launch per step, would take."""
 import json
 import os
 
 import torch
-import triton.testing
+import triton
+import triton.language as tl
 
-from artifact.measure import measure_ceilings
+from artifact.measure import DEFAULT_TOLERANCE, _capture, max_abs_err, measure_ceilings, scramble_
+from artifact.reference import fullstate_decode
 from artifact.results import env_record
 from artifact.workload import make_workload
-from kernels.onela import onela_step_bytes
+from kernels.onela import OneLAPath, onela_step_bytes
+
+_FLUSH = 256 * 10 ** 6 // 4
 
 
-def _graph_ms(fn) -> float:
+@triton.jit
+def _stream(src, dst, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
+
+
+def _copy(src, dst):
+    _stream[(triton.cdiv(src.numel(), 4096),)](src, dst, src.numel(), BLOCK=4096, num_warps=4)
+
+
+def _graph(fn):
     fn()
     torch.cuda.synchronize()
     g = torch.cuda.CUDAGraph()
     with torch.cuda.graph(g):
         fn()
-    return float(triton.testing.do_bench(g.replay, warmup=25, rep=100, return_mode="median"))
+    return g
+
+
+def _median_ms(replay, clean: bool, bufs, n: int = 100) -> float:
+    """Median ms of `replay` after each flush (do_bench's zero of 256 MB; `clean`: then a read of 256 MB)."""
+    flush, other = bufs
+    for _ in range(10):
+        replay()
+    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
+    for s, e in ev:
+        flush.zero_()
+        if clean:
+            other.sum()
+        s.record()
+        replay()
+        e.record()
+    torch.cuda.synchronize()
+    return float(torch.tensor([s.elapsed_time(e) for s, e in ev]).median())
 
 
 def main():
@@ -36,24 +71,38 @@ def main():
         raise SystemExit("kernels.launch_floor needs a CUDA GPU (CPU timings are not performance)")
     ceilings = measure_ceilings()
     out = {"env": env_record({"ceilings": ceilings, "command": "python -m kernels.launch_floor"}), "rows": []}
-    bw = ceilings["copy_bytes_per_s"]
+    bufs = tuple(torch.ones(_FLUSH, dtype=torch.int32, device="cuda") for _ in range(2))
     for R, O in ((4, 3), (4, 7), (16, 3), (16, 7)):
-        wl = make_workload("qwen3_5_0_8b", R, 512, O - 1, lineage="beam", seed=0, device="cpu")
+        wl = make_workload("qwen3_5_0_8b", R, 512, O - 1, lineage="beam", seed=0, device="cuda")
         steps = [(r + w) // 8 for r, w in onela_step_bytes(wl)]     # int32 elements each way
-        pairs = [(torch.empty(n, dtype=torch.int32, device="cuda"), torch.empty(n, dtype=torch.int32, device="cuda"))
+        pairs = [(torch.ones(n, dtype=torch.int32, device="cuda"), torch.empty(n, dtype=torch.int32, device="cuda"))
                  for n in steps]
-        src, dst = (torch.empty(sum(steps), dtype=torch.int32, device="cuda") for _ in range(2))
+        src, dst = torch.ones(sum(steps), dtype=torch.int32, device="cuda"), torch.empty(sum(steps), dtype=torch.int32,
+                                                                                          device="cuda")
         tiny = torch.zeros(1, device="cuda")
-        ms_steps = _graph_ms(lambda: [d.copy_(s) for s, d in pairs])
-        ms_one = _graph_ms(lambda: dst.copy_(src))
-        ms_empty = _graph_ms(lambda: [tiny.add_(1) for _ in steps])
+        path = OneLAPath()
+        static = scramble_(wl.clone())
+        path.prepare(static)
+        g_onela, o = _capture(path, static)
+        static.copy_(wl)
+        g_onela.replay()
+        err = max_abs_err(o, fullstate_decode(wl))
+        graphs = {"stream": _graph(lambda: [_copy(s, d) for s, d in pairs]), "stream1": _graph(lambda: _copy(src, dst)),
+                  "torch": _graph(lambda: [d.copy_(s) for s, d in pairs]),
+                  "empty": _graph(lambda: [tiny.add_(1) for _ in steps])}
+        if err <= DEFAULT_TOLERANCE:
+            graphs["onela"] = g_onela
         nbytes = sum(8 * n for n in steps)
-        row = {"R": R, "O": O, "launches": len(steps), "compulsory_MB": nbytes / 1e6, "floor_ms": nbytes / bw * 1e3,
-               "steps_ms": ms_steps, "one_ms": ms_one, "empty_ms": ms_empty}
+        row = {"R": R, "O": O, "launches": len(steps), "compulsory_MB": nbytes / 1e6,
+               "floor_ms": nbytes / ceilings["copy_bytes_per_s"] * 1e3, "onela_max_abs_err": err}
+        for name, g in graphs.items():
+            for clean in (False, True):
+                row[f"{name}_{'clean' if clean else 'flush'}_ms"] = _median_ms(g.replay, clean, bufs)
         out["rows"].append(row)
-        print(f"R={R:2d} O={O} {len(steps)} launches, {nbytes / 1e6:7.1f} MB: floor {row['floor_ms']:.4f} ms, "
-              f"T copies {ms_steps:.4f}, one copy {ms_one:.4f}, T empty launches {ms_empty:.4f}", flush=True)
-        del pairs, src, dst
+        print(f"R={R:2d} O={O} {len(steps)} launches, {nbytes / 1e6:7.1f} MB, floor {row['floor_ms']:.4f} ms, onela "
+              f"err {err:.2e}; ms flush / clean: " + ", ".join(
+                  f"{n} {row[f'{n}_flush_ms']:.4f} / {row[f'{n}_clean_ms']:.4f}" for n in graphs), flush=True)
+        del pairs, src, dst, graphs, g_onela, path, static
     with open(os.path.join(os.environ.get("OUT", "."), "launch_floor.json"), "w") as f:
         json.dump(out, f, indent=1)
 

@@ -55,9 +55,15 @@ def _norms(qf, kf, K: tl.constexpr):
 
 
 @triton.jit
-def _store_khat(khat_ptr, rec, hk, HK, kf, inv_k, mask, K: tl.constexpr):
-    """The key part of records `rec` [BB] for key head hk: k-hat = k * inv_k (fp32 k rows [BB, K])."""
-    tl.store(khat_ptr + (rec * HK + hk).to(tl.int64)[:, None] * K + tl.arange(0, K)[None, :],
+def _rec(t, r, h, b, R, H, W):
+    """Row of record (step t, request r, head h, beam slot b) in a GtrStore tensor's memory ([T, R, H, W] rows)."""
+    return ((t * R + r) * H + h) * W + b
+
+
+@triton.jit
+def _store_khat(khat_ptr, row, kf, inv_k, mask, K: tl.constexpr):
+    """The key part of records at rows `row` [BB]: k-hat = k * inv_k (fp32 k rows [BB, K])."""
+    tl.store(khat_ptr + row.to(tl.int64)[:, None] * K + tl.arange(0, K)[None, :],
              (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=mask)
 
 
@@ -78,8 +84,7 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W
     inv_q, inv_k, kq_t = _norms(qf, kf, K)
     if PDL:
         tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
-    rec_t = (STEP * R + r) * W + offs_b
-    _store_khat(khat_ptr, rec_t, hk, HK, kf, inv_k, khat_mask, K)
+    _store_khat(khat_ptr, _rec(STEP, r, hk, offs_b, R, HK, W), kf, inv_k, khat_mask, K)
     slots = tl.zeros([BB, TP], dtype=tl.int32)
     kqs = tl.zeros([BB, TP], dtype=tl.float32)
     kks = tl.zeros([BB, TP], dtype=tl.float32)
@@ -91,8 +96,7 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W
             else:
                 slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
             slots = tl.where(offs_t[None, :] == j, slot[:, None], slots)
-            rec = (j * R + r) * W + slot
-            k_j = tl.load(khat_ptr + (rec * HK + hk).to(tl.int64)[:, None] * K + offs_k[None, :],
+            k_j = tl.load(khat_ptr + _rec(j, r, hk, slot, R, HK, W).to(tl.int64)[:, None] * K + offs_k[None, :],
                           mask=mask_b[:, None], other=0.0).to(tl.float32)
             kqs = tl.where(offs_t[None, :] == j, (tl.sum(k_j * qf, axis=1) * inv_q)[:, None], kqs)
             kks = tl.where(offs_t[None, :] == j, (tl.sum(k_j * kf, axis=1) * inv_k)[:, None], kks)
@@ -125,7 +129,6 @@ def _onela_prep_kernel(
     mask_b = offs_b < W
     offs_t = tl.arange(0, TP)
     rw = r * W + offs_b
-    rec_t = (STEP * R + r) * W + offs_b
 
     qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
     inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
@@ -144,12 +147,12 @@ def _onela_prep_kernel(
         hv = hk * G + i
         gb_off = rw * HV + hv
         alpha = tl.exp(tl.load(g_ptr + gb_off, mask=mask_b, other=0.0))
-        tl.store(alpha_ptr + rec_t * HV + hv, alpha, mask=mask_b)
+        tl.store(alpha_ptr + _rec(STEP, r, hv, offs_b, R, HV, W), alpha, mask=mask_b)
         base = coef_ptr + (r * HV + hv) * W + offs_b
         c = alpha                                          # alpha_t * prod_{i > j} alpha_i, built from j = t-1 down
         if ALPHA_TILE:   # every depth's alpha in one gather, issued before the chain below (no load in the chain)
             depth = offs_t[None, :]
-            alphas = tl.load(alpha_ptr + ((depth * R + r) * W + slots) * HV + hv,
+            alphas = tl.load(alpha_ptr + _rec(depth, r, hv, slots, R, HV, W),
                              mask=mask_b[:, None] & (depth < STEP), other=1.0)
         for jj in tl.static_range(STEP):
             j = STEP - 1 - jj
@@ -161,7 +164,7 @@ def _onela_prep_kernel(
                 c = c * tl.sum(tl.where(offs_t[None, :] == j, alphas, 0.0), axis=1)
             else:
                 slot = tl.sum(tl.where(offs_t[None, :] == j, slots, 0), axis=1)
-                c = c * tl.load(alpha_ptr + ((j * R + r) * W + slot) * HV + hv, mask=mask_b, other=1.0)
+                c = c * tl.load(alpha_ptr + _rec(j, r, hv, slot, R, HV, W), mask=mask_b, other=1.0)
         tl.store(base, c * inv_q, mask=mask_b)
         tl.store(base + plane, c * inv_k, mask=mask_b)
         tl.store(base + 2 * plane, kq_t, mask=mask_b)
@@ -268,8 +271,7 @@ def _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W
     o = u_q + delta * kq_t[:, None]
     row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
     tl.store(out_ptr + row_v, o.to(out_ptr.dtype.element_ty), mask=mask_b[:, None])
-    rec_t = (STEP * R + r) * W + offs_b
-    tl.store(delta_ptr + (rec_t * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+    tl.store(delta_ptr + _rec(STEP, r, hv, offs_b, R, HV, W).to(tl.int64)[:, None] * V + offs_v[None, :],
              delta.to(delta_ptr.dtype.element_ty), mask=mask_b[:, None])
 
 
@@ -293,8 +295,7 @@ def _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T
                   V: tl.constexpr):
     """Add depth j's ancestral record: u += c_j (k_j . x) delta_j, delta_j gathered through the ancestry row."""
     slot = tl.load(anc_ptr + rw * T_CAP + j, mask=mask_b, other=0)
-    rec = (j * R + r) * W + slot
-    d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+    d_j = tl.load(delta_ptr + _rec(j, r, hv, slot, R, HV, W).to(tl.int64)[:, None] * V + offs_v[None, :],
                   mask=mask_b[:, None], other=0.0).to(tl.float32)
     u_q += tl.load(cbase + (3 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
     u_k += tl.load(cbase + (4 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
@@ -302,14 +303,14 @@ def _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T
 
 
 @triton.jit
-def _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, G: tl.constexpr,
+def _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, r, offs_b, hv, hk, R, W, HV, HK, mask_b, G: tl.constexpr,
                    K: tl.constexpr):
-    """Step 0's records of the beam tile (record index = r * W + b): alpha_0 of value head hv and, from the
-    group's first value head, k-hat_0 of key head hk; written by the first V tile's program only."""
+    """Step 0's records of the beam tile: alpha_0 of value head hv and, from the group's first value head, k-hat_0
+    of key head hk; written by the first V tile's program only."""
     if tl.program_id(0) == 0:
-        tl.store(alpha_ptr + rw * HV + hv, alpha, mask=mask_b)
+        tl.store(alpha_ptr + _rec(0, r, hv, offs_b, R, HV, W), alpha, mask=mask_b)
         if hv % G == 0:
-            _store_khat(khat_ptr, rw, hk, HK, kf, inv_k, mask_b[:, None], K)
+            _store_khat(khat_ptr, _rec(0, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b[:, None], K)
 
 
 @triton.jit
@@ -353,11 +354,11 @@ def _onela_main_kernel(
             inv_q, inv_k, kq_t = _norms(qf, kf, K)
             alpha = tl.exp(tl.load(g_ptr + rw * HV + hv, mask=mask_b, other=0.0))
             if PDL != 1:            # already past the wait: the records go out before the dots (fewer live registers)
-                _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, G, K)
+                _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, r, offs_b, hv, hk, R, W, HV, HK, mask_b, G, K)
             u_q, u_k = _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16, UPCAST, S_LO)
             if PDL == 1:
                 tl_cuda.gdc_wait()  # every store comes after the previous launch is done
-                _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, rw, hv, hk, HV, HK, mask_b, G, K)
+                _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, r, offs_b, hv, hk, R, W, HV, HK, mask_b, G, K)
             u_q = u_q * (alpha * inv_q)[:, None]
             u_k = u_k * (alpha * inv_k)[:, None]
         else:
@@ -405,13 +406,12 @@ def _onela_fused_kernel(
         offs_b = (pid_b * BEAM_ITERS + it) * BB + tl.arange(0, BB)
         mask_b = offs_b < W
         rw = r * W + offs_b
-        rec_t = (STEP * R + r) * W + offs_b
         qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
         inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
             q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, R, W, HV // G, T_CAP, offs_b, mask_b,
             mask_b[:, None] & first_v & (hv % G == 0), K, STEP, TP, BB, False)
         alpha = tl.exp(tl.load(g_ptr + rw * HV + hv, mask=mask_b, other=0.0))
-        tl.store(alpha_ptr + rec_t * HV + hv, alpha, mask=mask_b & first_v)
+        tl.store(alpha_ptr + _rec(STEP, r, hv, offs_b, R, HV, W), alpha, mask=mask_b & first_v)
         if STEP > 0:
             tl.store(anc_next_ptr + rw[:, None] * T_CAP + offs_t[None, :], slots,
                      mask=mask_b[:, None] & (offs_t[None, :] < STEP) & first_v & (hv == 0))
@@ -423,7 +423,7 @@ def _onela_fused_kernel(
             col = offs_t[None, :] == j
             cs = tl.where(col, c[:, None], cs)
             slot = tl.sum(tl.where(col, slots, 0), axis=1)
-            c = c * tl.load(alpha_ptr + ((j * R + r) * W + slot) * HV + hv, mask=mask_b, other=1.0)
+            c = c * tl.load(alpha_ptr + _rec(j, r, hv, slot, R, HV, W), mask=mask_b, other=1.0)
 
         u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
                                 K_STAGES, QK_FIRST, QK_BF16, UPCAST, S_LO)
@@ -434,8 +434,7 @@ def _onela_fused_kernel(
         for j in tl.static_range(STEP):
             col = offs_t[None, :] == j
             slot = tl.sum(tl.where(col, slots, 0), axis=1)
-            rec = (j * R + r) * W + slot
-            d_j = tl.load(delta_ptr + (rec * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
+            d_j = tl.load(delta_ptr + _rec(j, r, hv, slot, R, HV, W).to(tl.int64)[:, None] * V + offs_v[None, :],
                           mask=mask_b[:, None], other=0.0).to(tl.float32)
             u_q += tl.sum(tl.where(col, cq, 0.0), axis=1)[:, None] * d_j
             u_k += tl.sum(tl.where(col, ck, 0.0), axis=1)[:, None] * d_j

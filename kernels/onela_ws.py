@@ -50,6 +50,12 @@ def _gdc_launch_dependents():
 
 
 @gluon.jit
+def _rec(t, r, h, b, R, H, W):
+    """Row of record (step t, request r, head h, beam slot b) in a GtrStore tensor's memory ([T, R, H, W] rows)."""
+    return ((t * R + r) * H + h) * W + b
+
+
+@gluon.jit
 def _tiles(NT, W, BB: gl.constexpr):
     """This program's contiguous range of beam tiles (tile = (r * HV + hv) * W / BB + beam tile)."""
     pid = gl.program_id(0)
@@ -130,7 +136,7 @@ def _key_loads(tile, tile1, slots, alpha_ptr, g_ptr, R, W, HV, NBT, STEP: gl.con
     offs_b = (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, pl))
     tcol = gl.arange(0, TPC, layout=gl.SliceLayout(0, pl))
     live = tile < tile1
-    alphas = gl.load(alpha_ptr + ((tcol[None, :] * R + r) * W + slots) * HV + hv,
+    alphas = gl.load(alpha_ptr + _rec(tcol[None, :], r, hv, slots, R, HV, W),
                      mask=(tcol[None, :] < STEP) & live, other=1.0)
     gv = gl.load(g_ptr + (r * W + offs_b) * HV + hv, mask=live, other=0.0)
     return alphas, gv
@@ -149,7 +155,7 @@ def _key_scalars(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, 
     offs_b = (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, pl))
     tcol = gl.arange(0, TPC, layout=gl.SliceLayout(0, pl))
     alpha_t = gl.exp(gv)
-    gl.store(alpha_ptr + ((STEP * R + r) * W + offs_b) * HV + hv, alpha_t)
+    gl.store(alpha_ptr + _rec(STEP, r, hv, offs_b, R, HV, W), alpha_t)
     c = alpha_t
     coef = gl.zeros([BB, TPC], gl.float32, pl)
     for jj in gl.static_range(STEP):
@@ -233,8 +239,8 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
         if FUSE:                    # the ancestral k-hat rows first: the consumer forms every coefficient first
             for j in gl.static_range(STEP):
                 slot = gl.convert_layout(gl.sum(gl.where(tcol[None, :] == j, slots, 0), axis=1), row_l)
-                rec = (j * R + r) * W + slot
-                kptrs = khat_ptr + ((rec * (HV // G) + hv // G).to(gl.int64) * K)[:, None] + cols[None, :]
+                krow = _rec(j, r, hv // G, slot, R, HV // G, W)
+                kptrs = khat_ptr + (krow.to(gl.int64) * K)[:, None] + cols[None, :]
                 cnt = _ring_put(kptrs, ring, ring_ready, ring_empty, cnt, NR)
             # the next tile's ancestry rows (its parents landed during the gathers), then this tile's products
             par_sl = gl.convert_layout(par_n, gl.SliceLayout(1, sl))
@@ -244,8 +250,7 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
                                  TPC, BB, pl)
         for j in gl.static_range(STEP):
             slot = gl.convert_layout(gl.sum(gl.where(tcol[None, :] == j, slots, 0), axis=1), row_l)
-            rec = (j * R + r) * W + slot
-            ptrs = delta_ptr + ((rec * HV + hv).to(gl.int64) * V)[:, None] + cols[None, :]
+            ptrs = delta_ptr + (_rec(j, r, hv, slot, R, HV, W).to(gl.int64) * V)[:, None] + cols[None, :]
             cnt = _ring_put(ptrs, ring, ring_ready, ring_empty, cnt, NR)
         if FUSE:                    # the next tile's alphas and gates (its ancestry rows landed meanwhile)
             alphas, gv = _key_loads(tile + 1, tile1, gl.convert_layout(slots_next, pl), alpha_ptr, g_ptr, R, W, HV,
@@ -324,7 +329,7 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
                 kh_smem.store((kf * inv_k[:, None]).to(kh_smem.dtype))
                 fence_async_shared()
                 gl.thread_barrier()
-                tma.async_copy_shared_to_global(khat_desc, [(STEP * R + r) * W + b0, (hv // G) * K], kh_smem)
+                tma.async_copy_shared_to_global(khat_desc, [_rec(STEP, r, hv // G, b0, R, HV // G, W), 0], kh_smem)
             if LOOP:
                 for j in range(STEP):
                     kh_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, kl, NR)
@@ -391,7 +396,7 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
         fence_async_shared()
         gl.thread_barrier()
         tma.async_copy_shared_to_global(out_desc, [r * W + b0, hv * V], o_smem)
-        tma.async_copy_shared_to_global(dst_desc, [(STEP * R + r) * W + b0, hv * V], d_smem)
+        tma.async_copy_shared_to_global(dst_desc, [(STEP * R * HV + head) * W + b0, 0], d_smem)   # _rec(STEP, r, hv, b0)
     tma.store_wait(0)
 
 
@@ -519,8 +524,9 @@ def launch_ws(st, q, k, v, g, beta, parents, anc_prev, anc_cur, out, grid, const
     k_desc = _desc(k.as_strided((rows, geo.hk * geo.k), (k.stride(1), 1)), [BB_TILE, geo.k])
     s_desc = _desc(st.s_bf16.view(R * geo.hv * geo.v, geo.k), [geo.v, geo.k])
     out_desc = _desc(out.view(rows, geo.hv * geo.v), [BB_TILE, geo.v])
-    dst_desc = _desc(st.store.delta.view(st.T * rows, geo.hv * geo.v), [BB_TILE, geo.v])
-    khat_desc = _desc(st.store.khat.view(st.T * rows, geo.hk * geo.k), [BB_TILE, geo.k])
+    # the records as rows in memory order ([T, R, H, W] rows, GtrStore): a tile's delta_t / k-hat_t is one 16 KB box
+    dst_desc = _desc(st.store.delta.transpose(2, 3).view(-1, geo.v), [BB_TILE, geo.v])
+    khat_desc = _desc(st.store.khat.transpose(2, 3).view(-1, geo.k), [BB_TILE, geo.k])
     return _onela_main_ws_kernel[grid](
         q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_prev if const["FUSE"] else anc_cur, parents,
         anc_cur, st.store.alpha, g, st.store.khat, st.coef, beta, st.store.delta, v,
