@@ -118,8 +118,7 @@ def _label(cfg: dict, K: int) -> str:
     text += f",lo_{cfg['s_lo']}" if "s_lo" in cfg else ""
     text += {True: ",fuse0", False: ",nofuse0"}.get(cfg.get("fuse_step0"), "")
     text += f",pw{cfg['prep_warps']}" if "prep_warps" in cfg else ""
-    ws_keys = [k for k in ("ws", "ws_ring", "ws_regs", "ws_maxnreg", "ws_loop", "ws_early_par")
-               if k in cfg]     # kernels/onela_ws.py
+    ws_keys = [k for k in ("ws", "ws_ring", "ws_regs", "ws_maxnreg") if k in cfg]     # kernels/onela_ws.py
     text += "".join(f",{k}_{cfg[k]}" for k in ws_keys)
     return text.strip(",")
 
@@ -163,7 +162,7 @@ def main(argv=None) -> int:
         while variants:                                 # pop: a variant's stepper is freed before the next
             name, path = variants.pop(0)
             try:
-                res = check_and_time(path, wl, ref, DEFAULT_TOLERANCE, warmup_ms=10, rep_ms=50)
+                res = check_and_time(path, wl, ref, DEFAULT_TOLERANCE, warmup_ms=100, rep_ms=50)
                 row = _row(name, wl, path, res, ceilings,
                            {"kernels": path.kernel_info()} if isinstance(path, _ConfiguredOneLA) else None)
             except Exception as e:  # noqa: BLE001 - a config that fails to compile is a recorded failure

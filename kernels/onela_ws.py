@@ -188,8 +188,7 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
               ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
               khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
               G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, BB: gl.constexpr,
-              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr,
-              EARLY_PAR: gl.constexpr):
+              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr):
     """Every load of the program, in the order the consumer uses them, one tile of q, k ahead. With FUSE also
     the key-axis work of the prep kernel (the ancestry rows, `_key_scalars`) and the ancestral k-hat rows, every
     depth's ahead of the tile's delta rows in the ring (the consumer forms all dots before its projections). The
@@ -206,16 +205,12 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
     zero = tile0 * 0                # int32 counters (a literal 0 would be a constexpr)
     prev_head, s_cnt, qk_cnt = _issue_s_qk(tile0, zero - 1, zero, zero, NBT, W, HV, s_desc, q_desc, k_desc, s_smem,
                                            q_smem, k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, V, BB)
-    if FUSE and EARLY_PAR:
+    if FUSE:        # the parents are this step's input, as q and k are: read before the wait (stop 25)
         par0 = _par_rows(par_ptr, tile0, tile1, NBT, W, HV, BB, sl)
-        par_n = _par_rows(par_ptr, tile0 + 1, tile1, NBT, W, HV, BB, pl)
+        par_n = _par_rows(par_ptr, tile0 + 1, tile1, NBT, W, HV, BB, pl)     # one beam per thread
     _gdc_wait()     # the prep kernel's ancestry rows and every earlier step's records are written
     if FUSE:        # TP == TPC here (ws_launch_params)
-        if not EARLY_PAR:
-            par0 = _par_rows(par_ptr, tile0, tile1, NBT, W, HV, BB, sl)
         slots = _anc_rows(anc_ptr, anc_next_ptr, par0, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl)
-        if not EARLY_PAR:
-            par_n = _par_rows(par_ptr, tile0 + 1, tile1, NBT, W, HV, BB, pl)     # one beam per thread while it waits
         alphas, gv = _key_loads(tile0, tile1, gl.convert_layout(slots, pl), alpha_ptr, g_ptr, R, W, HV, NBT, STEP,
                                 TPC, BB, pl)
     else:
@@ -282,7 +277,7 @@ def _ring_take(ring, ring_ready, ring_empty, cnt, mma: gl.constexpr, NR: gl.cons
 def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready, qk_empty,
               ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr, beta_ptr,
               R, W, HV, NT, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr, LOOP: gl.constexpr):
+              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr):
     """Projections, replay, delta_t and o_t of every tile of the program (the default partition: two
     warpgroups, each owning half of the V columns). The replay's coefficients come from the prep kernel's
     table, or with FUSE from this tile's q, k rows (norms, k-hat_j . q-hat and k-hat_j . k-hat against the
@@ -330,16 +325,10 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
                 fence_async_shared()
                 gl.thread_barrier()
                 tma.async_copy_shared_to_global(khat_desc, [_rec(STEP, r, hv // G, b0, R, HV // G, W), 0], kh_smem)
-            if LOOP:
-                for j in range(STEP):
-                    kh_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, kl, NR)
-                    aux.index(st * 3 * TPC + TPC + j).store(gl.sum(kh_j * qf, axis=1) * inv_q)
-                    aux.index(st * 3 * TPC + 2 * TPC + j).store(gl.sum(kh_j * kf, axis=1) * inv_k)
-            else:
-                for j in gl.static_range(STEP):     # aux rows TPC + j <- k_j . q-hat, 2 TPC + j <- k_j . k-hat
-                    kh_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, kl, NR)
-                    aux.index(st * 3 * TPC + TPC + j).store(gl.sum(kh_j * qf, axis=1) * inv_q)
-                    aux.index(st * 3 * TPC + 2 * TPC + j).store(gl.sum(kh_j * kf, axis=1) * inv_k)
+            for j in range(STEP):   # aux rows TPC + j <- k_j . q-hat, 2 TPC + j <- k_j . k-hat (runtime loop)
+                kh_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, kl, NR)
+                aux.index(st * 3 * TPC + TPC + j).store(gl.sum(kh_j * qf, axis=1) * inv_q)
+                aux.index(st * 3 * TPC + 2 * TPC + j).store(gl.sum(kh_j * kf, axis=1) * inv_k)
             keys.index(0).store(inv_q)      # the three key scalars to the accumulator layout
             keys.index(1).store(inv_k)
             keys.index(2).store(kq_t)
@@ -363,7 +352,7 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
             c_k = p_all * inv_k
         u_q = u_q * c_q[:, None]
         u_k = u_k * c_k[:, None]
-        if LOOP and FUSE:
+        if FUSE:        # runtime loops: a smaller kernel than unrolled ones (stop 25: -4 to -7 % at O=7)
             for j in range(STEP):
                 c_j = aux.index(st * 3 * TPC + j).load(row_l)
                 cq = c_j * aux.index(st * 3 * TPC + TPC + j).load(row_l)
@@ -372,14 +361,9 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
                 u_q += cq[:, None] * d_j
                 u_k += ck[:, None] * d_j
         else:
-            for j in gl.static_range(STEP):
-                if FUSE:
-                    c_j = aux.index(st * 3 * TPC + j).load(row_l)
-                    cq = c_j * aux.index(st * 3 * TPC + TPC + j).load(row_l)
-                    ck = c_j * aux.index(st * 3 * TPC + 2 * TPC + j).load(row_l)
-                else:
-                    cq = gl.load(cbase + (3 + 2 * j) * plane)
-                    ck = gl.load(cbase + (4 + 2 * j) * plane)
+            for j in gl.static_range(STEP):     # "main" (G > 2): unrolled, not timed as a runtime loop
+                cq = gl.load(cbase + (3 + 2 * j) * plane)
+                ck = gl.load(cbase + (4 + 2 * j) * plane)
                 d_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, mma, NR)
                 u_q += cq[:, None] * d_j
                 u_k += ck[:, None] * d_j
@@ -396,7 +380,7 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
         fence_async_shared()
         gl.thread_barrier()
         tma.async_copy_shared_to_global(out_desc, [r * W + b0, hv * V], o_smem)
-        tma.async_copy_shared_to_global(dst_desc, [(STEP * R * HV + head) * W + b0, 0], d_smem)   # _rec(STEP, r, hv, b0)
+        tma.async_copy_shared_to_global(dst_desc, [(STEP * R * HV + head) * W + b0, 0], d_smem)  # _rec(STEP, r, hv, b0)
     tma.store_wait(0)
 
 
@@ -407,7 +391,6 @@ def _onela_main_ws_kernel(
     R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
     K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
     TPC: gl.constexpr, PWARPS: gl.constexpr, PREGS: gl.constexpr, PDL_NEXT: gl.constexpr, FUSE: gl.constexpr,
-    LOOP: gl.constexpr, EARLY_PAR: gl.constexpr,
 ):
     """Step STEP (>= 1) of the main kernel -- with FUSE the whole step, the prep kernel's work included; a
     persistent program per SM over a contiguous range of beam tiles. anc_ptr is this step's ancestry table,
@@ -446,11 +429,11 @@ def _onela_main_ws_kernel(
     gl.warp_specialize([
         (_consumer, (s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr,
-                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE, LOOP)),
+                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE)),
         (_producer, (s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr,
                      alpha_ptr, g_ptr, khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
-                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE, EARLY_PAR)),
+                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE)),
     ], [PWARPS], [PREGS])
 
 
@@ -510,8 +493,7 @@ def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: in
     tpc = max(2, pow2(t + 1))
     const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5,
                  TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
-                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse, LOOP=bool(cfg["ws_loop"]),
-                 EARLY_PAR=bool(cfg["ws_early_par"]))
+                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse)
     return (min(nt, n_sm),), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
 
 
