@@ -103,8 +103,9 @@ def main():
               f"err {err:.2e}; ms flush / clean: " + ", ".join(
                   f"{n} {row[f'{n}_flush_ms']:.4f} / {row[f'{n}_clean_ms']:.4f}" for n in graphs), flush=True)
         del pairs, src, dst, graphs, g_onela, path, static
-    with open(os.path.join(os.environ.get("OUT", "."), "launch_floor.json"), "w") as f:
-        json.dump(out, f, indent=1)
+    for name, obj in (("launch_floor.json", out), ("launch_floor_env.json", out["env"])):
+        with open(os.path.join(os.environ.get("OUT", "."), name), "w") as f:
+            json.dump(obj, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -478,12 +478,13 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     (kernels/NOTES.md).
     ws (stop 23, K = V = 128; kernels/onela_ws.py): the warp-specialised Gluon kernel on Hopper wherever it applies
     (W a multiple of 64, bf16 [R, W, H, D] rows; elsewhere the Triton kernels above run) -- "all", one launch per
-    step, at G <= 2: 0.76-0.84x the Triton kernels' time at the four Qwen3.5-0.8B cells in one run (stop 24,
-    bench_370e217.log; its producer issues the next tile's dependent key loads early, its consumer sums the key
-    axis within warps); "main"
+    step, at G <= 2: 0.72-0.82x the Triton kernels' time at the four Qwen3.5-0.8B cells in one run (stop 25,
+    bench_ba9ec0e.log; its producer issues the next tile's dependent key loads early and the first parents before
+    the grid-dependency wait, its consumer sums the key axis within warps and loops over the depths at run time);
+    "main"
     (after the Triton prep kernel) at G > 2, where the one-launch kernel would gather each key head's k-hat rows
     G times: 0.88-0.96x at qwen3_5_397b R=4 and R=16 O=7, 1.016x at R=16 O=3 (kernels/NOTES.md). Its ring of
-    gathered rows takes ws_ring entries (None: 5, what shared memory allows; 4 timed -0.7 to +1.6 %, 3 0-3 %
+    gathered rows takes ws_ring entries (None: 5, what shared memory allows; 4 timed -0.7 to +2.4 %, 3 0-3 %
     slower), the producer warpgroup ws_regs registers (88: no spills at step 5), the launch ws_maxnreg (168 x 12
     warps fills the register file of one SM)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))

@@ -12,10 +12,11 @@ of stalls on global-load scoreboards). Here each persistent program (one per SM)
 They meet at mbarriers (ready / empty per stage), so the producer runs up to NR + 2 loads ahead of the math.
 Two modes (FUSE): after the Triton prep kernel, reading its coefficient table ("main"), or the whole step in one
 launch ("step"): the producer then also builds the ancestry row, gathers the ancestral alphas and forms their
-products (`_key_scalars`; stop 24: each of the next tile's dependent loads one gather phase early), and puts each
-depth's k-hat rows in the ring ahead of the delta rows, from which the consumer forms the norms and k-hat . q-hat,
-k-hat . k-hat itself (whole rows per warp) and writes the k-hat_t record. Same math and record layout as the
-Triton kernels.
+products (`_key_scalars`; stop 24: each of the next tile's dependent loads one gather phase early; stop 25: the
+first tiles' parents before the grid-dependency wait), and puts each depth's k-hat rows in the ring ahead of the
+delta rows, from which the consumer forms the norms and k-hat . q-hat, k-hat . k-hat itself (whole rows per warp)
+and writes the k-hat_t record; its depth loops run at run time (stop 25: a smaller kernel, -4 to -7 % at O=7). Same
+math and record layout ([T, R, H, W] rows, `_rec`) as the Triton kernels.
 
 Applies on Hopper where K = V = 128 and W is a multiple of the 64-beam tile (`ws_shape_supports`; no partial
 tiles: the TMA boxes are 2-D over [R * W, H * D] views), and q, k, v are bf16 [R, W, H, D] rows, dense within a
