@@ -307,6 +307,25 @@ def test_projection_replay_count_is_onelas_own_cost():
     assert onela.onela_cost(wl)["flops"] == analytic_flops("projection_replay", wl.geometry, 2, 5, 4)["total"]
 
 
+def test_onela_step_bytes_split_the_compulsory_bytes_by_step():
+    """kernels.launch_floor streams each step's bytes: per step they add up to onela_cost's total, every step
+    writes the same (o, the new GTR) plus its ancestry row, and a step reads more than step 0 by exactly the
+    distinct ancestral records it replays."""
+    onela = pytest.importorskip("kernels.onela")
+    from artifact.ancestry import build
+    from artifact.workload import make_workload
+    geo = Geometry(2, 4, 8, 16)
+    wl = make_workload(geo, 2, 5, 4, lineage="beam", seed=1, prompt_len=4)
+    steps = onela.onela_step_bytes(wl)
+    assert len(steps) == 4 and sum(r + w for r, w in steps) == onela.onela_cost(wl)["compulsory_bytes"]
+    anc = build(wl.parents)
+    record = geo.hv * (4 + 2 * geo.v) + geo.hk * 2 * geo.k
+    for t, (read, written) in enumerate(steps):
+        distinct = sum(anc[t, r, :, j].unique().numel() for r in range(2) for j in range(t))
+        assert read - steps[0][0] == distinct * record
+        assert written - steps[0][1] == 2 * 5 * t * 8
+
+
 def test_path_flops_prefers_cost_then_the_algorithm_class():
     from artifact.paths import get_path
     from artifact.workload import make_workload
