@@ -33,7 +33,7 @@ from triton.language.extra import cuda as tl_cuda
 from artifact.ancestry import build as build_ancestry
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
-from kernels.onela_ws import launch_ws, ws_launch_params, ws_layout_supports, ws_mode, ws_shape_supports
+from kernels.onela_ws import _rec, launch_ws, ws_launch_params, ws_layout_supports, ws_mode, ws_shape_supports
 
 
 @triton.jit
@@ -52,12 +52,6 @@ def _norms(qf, kf, K: tl.constexpr):
     inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)
     inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)
     return inv_q, inv_k, tl.sum(qf * kf, axis=1) * inv_q * inv_k
-
-
-@triton.jit
-def _rec(t, r, h, b, R, H, W):
-    """Row of record (step t, request r, head h, beam slot b) in a GtrStore tensor's memory ([T, R, H, W] rows)."""
-    return ((t * R + r) * H + h) * W + b
 
 
 @triton.jit

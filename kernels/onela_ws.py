@@ -28,6 +28,8 @@ correctness tests are GPU tests; CI compiles it for sm_90a through `kernels.insp
 from __future__ import annotations
 
 import torch
+import triton
+import triton.language as tl  # noqa: F401 -- the interpreter runs `_rec` only where its module sees it
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, mbarrier, tma,
@@ -50,9 +52,10 @@ def _gdc_launch_dependents():
                               is_pure=False, pack=1)
 
 
-@gluon.jit
+@triton.jit
 def _rec(t, r, h, b, R, H, W):
-    """Row of record (step t, request r, head h, beam slot b) in a GtrStore tensor's memory ([T, R, H, W] rows)."""
+    """Row of record (step t, request r, head h, beam slot b) in a GtrStore tensor's memory ([T, R, H, W] rows):
+    one formula for the Gluon kernel here and the Triton kernels (kernels/onela.py)."""
     return ((t * R + r) * H + h) * W + b
 
 
@@ -381,7 +384,7 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
         fence_async_shared()
         gl.thread_barrier()
         tma.async_copy_shared_to_global(out_desc, [r * W + b0, hv * V], o_smem)
-        tma.async_copy_shared_to_global(dst_desc, [(STEP * R * HV + head) * W + b0, 0], d_smem)  # _rec(STEP, r, hv, b0)
+        tma.async_copy_shared_to_global(dst_desc, [_rec(STEP, 0, head, b0, R, HV, W), 0], d_smem)  # head = r HV + hv
     tma.store_wait(0)
 
 
