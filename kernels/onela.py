@@ -581,6 +581,7 @@ class OneLAStepper(Stepper):
         self.n_sm = n_sm
         # the shape and device part of whether the ws kernel runs, fixed per decode; each step checks its inputs
         self.ws_shape_ok = self.config["ws"] != "off" and ws_shape_supports(geometry, W, self.device) is None
+        self.s_bf16 = None              # S_ctx's bf16 rounding, made at reset where the ws kernel runs
         self.kernel_info: dict = {}     # kernel name -> (registers, spilled 4-byte registers) of its last compile
 
     def _note_kernel(self, name, kern):
@@ -588,7 +589,10 @@ class OneLAStepper(Stepper):
             self.kernel_info[name] = (kern.n_regs, kern.n_spills)
 
     def reset(self, s_ctx, tail=None):
-        self.s_ctx = check_reset(self, s_ctx, tail)     # read as it is by every kernel: no copy, no launch
+        self.s_ctx = check_reset(self, s_ctx, tail)
+        # the warp-specialised kernel loads S's bf16 rounding by TMA (kernels/onela_ws.py): made where it can run
+        if self.ws_shape_ok:
+            self.s_bf16 = self.s_ctx.to(torch.bfloat16)
 
     def step(self, t, q, k, v, g, beta, parents, out):
         geo, R, W = self.geometry, self.R, self.W
@@ -623,11 +627,12 @@ class OneLAStepper(Stepper):
         return out
 
     def persistent_bytes(self):
-        """S_ctx + GTR store + ancestry. The coefficient
+        """S_ctx (with ws also its bf16 rounding, which that kernel reads) + GTR store + ancestry. The coefficient
         workspace (3 + 2T fp32 per beam and value head, 1.9 MiB at R=4 W=512 O=7) is rewritten every step, scratch
         rather than recurrent state, and not counted."""
         geo = self.geometry
-        return self.R * geo.hv * geo.v * geo.k * 4 + self.store.nbytes + self.anc.numel() * 4
+        s_copy = self.s_bf16.numel() * 2 if self.s_bf16 is not None else 0      # ws: S in bf16 too
+        return self.R * geo.hv * geo.v * geo.k * 4 + s_copy + self.store.nbytes + self.anc.numel() * 4
 
     def written_bytes(self):
         """Recurrent-state bytes stored: every GTR once (the int32 ancestry rows, 0.12 MiB at R=4 W=512 O=7,

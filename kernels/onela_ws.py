@@ -38,8 +38,6 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 BB_TILE = 64     # beams per tile (one wgmma M)
 _BB = gl.constexpr(BB_TILE)
-_S_ROWS = gl.constexpr(32)                                        # S_ctx rows per ring entry (fp32, K = 128)
-_S_STAGE = gl.constexpr(gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))   # such an entry: plain rows
 
 
 @gluon.jit
@@ -70,19 +68,25 @@ def _tiles(NT, W, BB: gl.constexpr):
 
 
 @gluon.jit
-def _issue_qk(tile, qk_cnt, NBT, W, HV, q_desc, k_desc, q_smem, k_smem, qk_ready, qk_empty, G: gl.constexpr,
-              K: gl.constexpr, BB: gl.constexpr):
-    """TMA loads of tile `tile`'s q and k rows into the next of two stages."""
+def _issue_s_qk(tile, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc, k_desc, s_smem, q_smem, k_smem,
+                s_ready, s_empty, qk_ready, qk_empty, G: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
+                BB: gl.constexpr):
+    """TMA loads of tile `tile`: its S tile when the (request, value head) changes, and its q, k rows."""
     head = tile // NBT
     r = head // HV
     hk = (head % HV) // G
     b0 = (tile % NBT) * BB
+    if head != prev_head:
+        mbarrier.wait(s_empty, (s_cnt & 1) ^ 1)
+        mbarrier.expect(s_ready, s_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(s_desc, [head * V, 0], s_ready, s_smem)
+        s_cnt += 1
     st = qk_cnt % 2
     mbarrier.wait(qk_empty.index(st), ((qk_cnt // 2) & 1) ^ 1)
     mbarrier.expect(qk_ready.index(st), 2 * q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [r * W + b0, hk * K], qk_ready.index(st), q_smem.index(st))
     tma.async_copy_global_to_shared(k_desc, [r * W + b0, hk * K], qk_ready.index(st), k_smem.index(st))
-    return qk_cnt + 1
+    return head, s_cnt, qk_cnt + 1
 
 
 @gluon.jit
@@ -184,28 +188,7 @@ def _ring_put(ptrs, ring, ring_ready, ring_empty, cnt, NR: gl.constexpr):
 
 
 @gluon.jit
-def _put_s(s_ptr, tile, NBT, ring, ring_ready, ring_empty, cnt, K: gl.constexpr, V: gl.constexpr,
-           NR: gl.constexpr, PWARPS: gl.constexpr):
-    """S_ctx of tile `tile`'s (request, value head) -- fp32 [V, K], read as the decode's input, no copy -- into
-    the ring as V / SC entries of SC rows each (an entry's 16 KB); the consumer rounds them to bf16 into its S
-    tile (`_take_s`)."""
-    SC: gl.constexpr = _S_ROWS
-    sc_l: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [PWARPS, 1], [1, 0])
-    rows = gl.arange(0, SC, layout=gl.SliceLayout(1, sc_l))
-    cols = gl.arange(0, K, layout=gl.SliceLayout(0, sc_l))
-    base = s_ptr + (tile // NBT).to(gl.int64) * (V * K)
-    for c in gl.static_range(V // SC):
-        e = cnt % NR
-        mbarrier.wait(ring_empty.index(e), ((cnt // NR) & 1) ^ 1)
-        async_copy.async_copy_global_to_shared(ring.index(e)._reinterpret(gl.float32, [SC, K], _S_STAGE),
-                                               base + ((c * SC + rows) * K)[:, None] + cols[None, :])
-        async_copy.mbarrier_arrive(ring_ready.index(e), increment_count=False)
-        cnt += 1
-    return cnt
-
-
-@gluon.jit
-def _producer(s_ptr, q_desc, k_desc, q_smem, k_smem, ring, aux, qk_ready, qk_empty,
+def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready, qk_empty,
               ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
               khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
               G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, BB: gl.constexpr,
@@ -224,9 +207,8 @@ def _producer(s_ptr, q_desc, k_desc, q_smem, k_smem, ring, aux, qk_ready, qk_emp
     tcol = gl.arange(0, TP, layout=gl.SliceLayout(0, sl))
     tile0, tile1, NBT = _tiles(NT, W, BB)
     zero = tile0 * 0                # int32 counters (a literal 0 would be a constexpr)
-    qk_cnt = _issue_qk(tile0, zero, NBT, W, HV, q_desc, k_desc, q_smem, k_smem, qk_ready, qk_empty, G, K, BB)
-    # S_ctx is the decode's input, never written by a step: the first tile's goes before the wait, as q, k do
-    cnt = _put_s(s_ptr, tile0, NBT, ring, ring_ready, ring_empty, zero, K, V, NR, PWARPS)
+    prev_head, s_cnt, qk_cnt = _issue_s_qk(tile0, zero - 1, zero, zero, NBT, W, HV, s_desc, q_desc, k_desc, s_smem,
+                                           q_smem, k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, V, BB)
     if FUSE:        # the parents are this step's input, as q and k are: read before the wait (stop 25)
         par0 = _par_rows(par_ptr, tile0, tile1, NBT, W, HV, BB, sl)
         par_n = _par_rows(par_ptr, tile0 + 1, tile1, NBT, W, HV, BB, pl)     # one beam per thread
@@ -238,15 +220,15 @@ def _producer(s_ptr, q_desc, k_desc, q_smem, k_smem, ring, aux, qk_ready, qk_emp
     else:
         slots = _load_slots(anc_ptr, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl)
     a_cnt = zero
+    cnt = 0
     for tile in range(tile0, tile1):
         # the next tile's q, k (and S) go out before this tile's gathers -- except, with FUSE, a next tile of
         # another head: its S waits for this tile's projections, which come after this tile's k-hat rows
         early = (tile + 1 < tile1) & (((tile + 1) // NBT == tile // NBT) | (not FUSE))
         if early:
-            qk_cnt = _issue_qk(tile + 1, qk_cnt, NBT, W, HV, q_desc, k_desc, q_smem, k_smem, qk_ready, qk_empty, G,
-                               K, BB)
-        if (tile > tile0) & (tile % NBT == 0):     # a new (request, value head): its S_ctx first in the ring
-            cnt = _put_s(s_ptr, tile, NBT, ring, ring_ready, ring_empty, cnt, K, V, NR, PWARPS)
+            prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
+                                                   k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
+                                                   qk_empty, G, K, V, BB)
         if not FUSE:
             slots_next = _load_slots(anc_ptr, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl)
         head = tile // NBT
@@ -277,8 +259,9 @@ def _producer(s_ptr, q_desc, k_desc, q_smem, k_smem, ring, aux, qk_ready, qk_emp
         if FUSE:
             par_n = _par_rows(par_ptr, tile + 2, tile1, NBT, W, HV, BB, pl)
         if (tile + 1 < tile1) & (not early):
-            qk_cnt = _issue_qk(tile + 1, qk_cnt, NBT, W, HV, q_desc, k_desc, q_smem, k_smem, qk_ready, qk_empty, G,
-                               K, BB)
+            prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
+                                                   k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
+                                                   qk_empty, G, K, V, BB)
         slots = slots_next
 
 
@@ -295,28 +278,8 @@ def _ring_take(ring, ring_ready, ring_empty, cnt, mma: gl.constexpr, NR: gl.cons
 
 
 @gluon.jit
-def _take_s(s_smem, ring, ring_ready, ring_empty, cnt, K: gl.constexpr, V: gl.constexpr, NR: gl.constexpr):
-    """The S tile of a new (request, value head) from the ring (`_put_s`), rounded to bf16 into s_smem -- the
-    `s_lo: none` projection of the Triton kernels -- once every consumer warp is done with the previous one's
-    projections (they are waited for before the epilogue)."""
-    SC: gl.constexpr = _S_ROWS
-    cl: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [8, 1], [1, 0])
-    for c in gl.static_range(V // SC):
-        e = cnt % NR
-        mbarrier.wait(ring_ready.index(e), (cnt // NR) & 1)
-        x = ring.index(e)._reinterpret(gl.float32, [SC, K], _S_STAGE).load(cl)
-        gl.thread_barrier()
-        mbarrier.arrive(ring_empty.index(e), count=1)
-        s_smem.slice(c * SC, SC).store(x.to(gl.bfloat16))
-        cnt += 1
-    fence_async_shared()
-    gl.thread_barrier()
-    return cnt
-
-
-@gluon.jit
-def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, qk_ready, qk_empty, ring_ready,
-              ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr, beta_ptr,
+def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready, qk_empty,
+              ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr, beta_ptr,
               R, W, HV, NT, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
               BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr):
     """Projections, replay, delta_t and o_t of every tile of the program (the default partition: two
@@ -331,6 +294,8 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
     tile0, tile1, NBT = _tiles(NT, W, BB)
     plane = R * HV * W
     cnt = 0
+    s_cnt = 0
+    prev_head = -1
     _gdc_wait()     # the prep kernel's coefficients (or the previous step's records) are written
     for i in range(tile1 - tile0):
         tile = tile0 + i
@@ -345,8 +310,10 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
             c_q = gl.load(cbase)
             c_k = gl.load(cbase + plane)
             kq_t = gl.load(cbase + 2 * plane)
-        if (i == 0) | (tile % NBT == 0):     # a new (request, value head): its S tile from the ring
-            cnt = _take_s(s_smem, ring, ring_ready, ring_empty, cnt, K, V, NR)
+        if head != prev_head:
+            mbarrier.wait(s_ready, s_cnt & 1)
+            s_cnt += 1
+        prev_head = head
         st = i % 2
         mbarrier.wait(qk_ready.index(st), (i // 2) & 1)
         if FUSE:                    # the key axis first, so its registers are free before the accumulators live
@@ -380,6 +347,8 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
         u_q, u_k = warpgroup_mma_wait(0, deps=[u_q, u_k])
         gl.thread_barrier()
         mbarrier.arrive(qk_empty.index(st), count=1)
+        last_of_head = (tile + 1 == tile1) | ((tile + 1) // NBT != head)
+        mbarrier.arrive(s_empty, count=1, pred=last_of_head)
         if FUSE:                    # the producer's alpha products of this tile (rows j < STEP: c_j, STEP: P)
             mbarrier.wait(aux_ready.index(st), (i // 2) & 1)
             p_all = aux.index(st * 3 * TPC + STEP).load(row_l)
@@ -421,7 +390,7 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
 
 @gluon.jit
 def _onela_main_ws_kernel(
-    q_desc, k_desc, s_ptr, out_desc, dst_desc, khat_desc, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
+    q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
     khat_ptr, coef_ptr, beta_ptr, delta_ptr, v_ptr,
     R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
     K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
@@ -433,7 +402,7 @@ def _onela_main_ws_kernel(
     if PDL_NEXT:
         _gdc_launch_dependents()    # the next launch may start its S, q, k loads meanwhile
     BB: gl.constexpr = _BB
-    s_smem = gl.allocate_shared_memory(gl.bfloat16, [V, K], q_desc.layout)     # the wgmma B operand
+    s_smem = gl.allocate_shared_memory(gl.bfloat16, [V, K], s_desc.layout)
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, K], q_desc.layout)
     k_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, K], q_desc.layout)
     ring = gl.allocate_shared_memory(gl.bfloat16, [NR, BB, V], dst_desc.layout)
@@ -443,12 +412,16 @@ def _onela_main_ws_kernel(
     d_smem = gl.allocate_shared_memory(gl.bfloat16, [BB, V], dst_desc.layout)
     kh_smem = d_smem    # FUSE's k-hat_t record goes out through d_smem: each tile's k-hat_t store is waited for before
     #                     its delta_t is written there (the epilogue's store_wait), so the two never overlap
+    s_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    s_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     qk_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     qk_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     aux_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     aux_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     ring_ready = gl.allocate_shared_memory(gl.int64, [NR, 1], mbarrier.MBarrierLayout())
     ring_empty = gl.allocate_shared_memory(gl.int64, [NR, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(s_ready, count=1)
+    mbarrier.init(s_empty, count=1)
     for i in gl.static_range(2):
         mbarrier.init(qk_ready.index(i), count=1)
         mbarrier.init(qk_empty.index(i), count=1)
@@ -458,12 +431,13 @@ def _onela_main_ws_kernel(
         mbarrier.init(ring_ready.index(i), count=PWARPS * 32)
         mbarrier.init(ring_empty.index(i), count=1)
     gl.warp_specialize([
-        (_consumer, (s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, qk_ready, qk_empty,
-                     ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr, beta_ptr,
-                     R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE)),
-        (_producer, (s_ptr, q_desc, k_desc, q_smem, k_smem, ring, aux, qk_ready, qk_empty, ring_ready, ring_empty,
-                     aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, khat_ptr, delta_ptr,
-                     v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h, G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE)),
+        (_consumer, (s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready,
+                     qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr,
+                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE)),
+        (_producer, (s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready,
+                     qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr,
+                     alpha_ptr, g_ptr, khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
+                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE)),
     ], [PWARPS], [PREGS])
 
 
@@ -534,11 +508,12 @@ def launch_ws(st, q, k, v, g, beta, parents, anc_prev, anc_cur, out, grid, const
     rows = R * W
     q_desc = _desc(q.as_strided((rows, geo.hk * geo.k), (q.stride(1), 1)), [BB_TILE, geo.k])
     k_desc = _desc(k.as_strided((rows, geo.hk * geo.k), (k.stride(1), 1)), [BB_TILE, geo.k])
+    s_desc = _desc(st.s_bf16.view(R * geo.hv * geo.v, geo.k), [geo.v, geo.k])
     out_desc = _desc(out.view(rows, geo.hv * geo.v), [BB_TILE, geo.v])
     # the records as rows in memory order ([T, R, H, W] rows, GtrStore): a tile's delta_t / k-hat_t is one 16 KB box
     dst_desc = _desc(st.store.delta.transpose(2, 3).view(-1, geo.v), [BB_TILE, geo.v])
     khat_desc = _desc(st.store.khat.transpose(2, 3).view(-1, geo.k), [BB_TILE, geo.k])
     return _onela_main_ws_kernel[grid](
-        q_desc, k_desc, st.s_ctx, out_desc, dst_desc, khat_desc, anc_prev if const["FUSE"] else anc_cur, parents,
+        q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_prev if const["FUSE"] else anc_cur, parents,
         anc_cur, st.store.alpha, g, st.store.khat, st.coef, beta, st.store.delta, v,
         R, W, geo.hv, st.T, R * geo.hv * (W // BB_TILE), v.stride(0), v.stride(1), v.stride(2), **const, **opts)

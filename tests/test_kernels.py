@@ -227,11 +227,14 @@ def test_paper_capacity_and_writes_from_real_tensors():
         # the paper prints 3 significant digits
         assert math.isclose(st.persistent_bytes() / mib, persistent, rel_tol=0.003), st.persistent_bytes() / mib
         assert math.isclose(st.written_bytes() / mib, written, rel_tol=0.003), st.written_bytes() / mib
-        # reset keeps S_ctx as it is on every device (the ws kernel rounds its tiles to bf16 in shared memory)
+        # the ws kernel (the K = 128 default on Hopper) reads S_ctx's bf16 rounding, made at reset where it can
+        # run: counted on top (2 MiB); elsewhere (this CPU host) no copy is made
         assert st.config["ws"] == "all"
         before = st.persistent_bytes()
         st.reset(torch.zeros(4, geo.hv, geo.v, geo.k, device=st.device))
-        assert st.persistent_bytes() == before
+        hopper = st.device.type == "cuda" and torch.cuda.get_device_capability(st.device)[0] == 9
+        assert st.persistent_bytes() - before == (2 * mib if hopper else 0) == \
+            (4 * geo.hv * geo.v * geo.k * 2 if hopper else 0)
         fs = ControlledFullStateStepper.__new__(ControlledFullStateStepper)   # accounting only: no 4 GiB pools
         fs.geometry, fs.R, fs.W, fs.T = geo, 4, 512, T
         assert fs.written_bytes() / st.written_bytes() > 100
