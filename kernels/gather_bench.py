@@ -20,6 +20,7 @@ import triton.language as tl
 
 from artifact.ancestry import build
 from artifact.workload import make_workload
+from kernels.onela_ws import _rec
 
 
 @triton.jit
@@ -35,7 +36,7 @@ def gather_sum(store_ptr, anc_ptr, out_ptr, R, W, H, T_CAP, STEP: tl.constexpr, 
     for j in tl.static_range(STEP):
         slot = tl.load(anc_ptr + (r * W + offs_b) * T_CAP + j)
         if HW:
-            row = ((j * R + r) * H + h) * W + slot
+            row = _rec(j, r, h, slot, R, H, W)      # GtrStore's memory order, as the kernels address it
         else:
             row = ((j * R + r) * W + slot) * H + h
         acc += tl.load(store_ptr + row.to(tl.int64)[:, None] * K + offs_k[None, :]).to(tl.float32)
