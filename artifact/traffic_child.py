@@ -298,7 +298,7 @@ def run_child(args, rec: dict) -> None:
     """Fill `rec`; rec["stage"] says whether a failure came before the region ("setup") or inside it."""
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     on_gpu = torch.device(device).type == "cuda"
-    if on_gpu:
+    if on_gpu and torch.device(device).index is not None:    # plain "cuda" is the current device already
         torch.cuda.set_device(torch.device(device))
     if args.method != "dry" and not on_gpu:
         rec.update(status="failed", reason=f"method {args.method} needs a CUDA GPU")
