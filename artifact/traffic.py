@@ -391,8 +391,8 @@ def run_attempt(attempt: Attempt, target_args: list[str], opts: TrafficOptions, 
             return Outcome("failed", message=f"timed out after {opts.timeout_s} s")
         if not out.exists():
             extra = _tail(log.read_text(errors="replace")) if log.exists() else ""
-            return Outcome("failed", message=f"child wrote no result (rc={proc.returncode}): "
-                                             f"{_tail(proc.stderr)} {extra}".strip())
+            return Outcome("failed", message=f"child wrote no result (rc={proc.returncode}): "   # ncu says why
+                                             f"{_tail(proc.stderr)} {_tail(proc.stdout)} {extra}".strip())
         child = json.loads(out.read_text())
         if attempt.method == "ncu" and child.get("free_bytes_at_region") is not None:
             free_note = f" (GPU memory free at the region: {child['free_bytes_at_region'] / 2**30:.1f} GiB)"
