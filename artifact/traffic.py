@@ -365,7 +365,12 @@ def child_argv(target_args: list[str], method: str, out: Path, opts: TrafficOpti
 
 
 def ncu_argv(ncu: str, attempt: Attempt, log: Path) -> list[str]:
-    return [ncu, "--profile-from-start", "off", "--clock-control", "none", *attempt.ncu_flags,
+    # Range replays take their ranges from cudaProfilerStart/Stop themselves and refuse --profile-from-start
+    # ("==ERROR== Option profile-from-start is not supported during range replay", ncu on the H200).
+    flags = attempt.ncu_flags
+    mode = flags[flags.index("--replay-mode") + 1] if "--replay-mode" in flags else "kernel"
+    start = [] if mode in ("range", "app-range") else ["--profile-from-start", "off"]
+    return [ncu, *start, "--clock-control", "none", *flags,
             "--metrics", ",".join(METRICS), "--csv", "--page", "details", "--print-units", "base",
             "--log-file", str(log)]
 

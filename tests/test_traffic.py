@@ -219,6 +219,14 @@ def test_run_attempt_wires_ncu_flags_log_and_child(tmp_path):
     assert argv[argv.index("--method") + 1] == "ncu" and "artifact.traffic" in argv
 
 
+def test_range_replays_leave_out_profile_from_start(tmp_path):
+    """ncu refuses --profile-from-start in range replay (seen on the H200: every app-range attempt failed)."""
+    for name, wanted in (("ncu-kernel", True), ("ncu-application", True), ("ncu-app-range", False),
+                         ("ncu-range", False)):
+        argv = " ".join(traffic.ncu_argv("ncu", ATTEMPTS[name], tmp_path / "log"))
+        assert ("--profile-from-start off" in argv) == wanted, (name, argv)
+
+
 def test_run_attempt_without_ncu_fails_with_the_reason(tmp_path):
     o = traffic.run_attempt(ATTEMPTS["ncu-kernel"], ["--target", "copy", "--nbytes", "64"],
                             TrafficOptions(ncu="no-such-ncu-binary"), tmp_path, census=None)
