@@ -60,19 +60,10 @@ def _rec(t, r, h, b, R, H, W):
 
 
 @gluon.jit
-def _tiles(NT, W, BB: gl.constexpr, FULL_FIRST: gl.constexpr):
-    """This program's contiguous range of beam tiles (tile = (r * HV + hv) * W / BB + beam tile): NT / n_prog of
-    them, rounded up or down. FULL_FIRST (config ws_split "full_first", stop 26, not yet timed): the rounded-up
-    ranges first, so that where their length divides or is a multiple of W / BB (R=4 or 16 at W=512: 4 or 16
-    tiles) none of them crosses from one (request, value head) -- one S tile, no head change inside -- and only the
-    one-shorter ranges do; else ranges of both lengths interleaved (`pid NT / n_prog`)."""
+def _tiles(NT, W, BB: gl.constexpr):
+    """This program's contiguous range of beam tiles (tile = (r * HV + hv) * W / BB + beam tile)."""
     pid = gl.program_id(0)
     n_prog = gl.num_programs(0)
-    if FULL_FIRST:
-        per = (NT + n_prog - 1) // n_prog
-        n_full = NT - n_prog * (per - 1)
-        t0 = gl.where(pid < n_full, pid * per, n_full * per + (pid - n_full) * (per - 1))
-        return t0, t0 + gl.where(pid < n_full, per, per - 1), W // BB
     return pid * NT // n_prog, (pid + 1) * NT // n_prog, W // BB
 
 
@@ -201,8 +192,7 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
               ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
               khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
               G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, BB: gl.constexpr,
-              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr,
-              FULL_FIRST: gl.constexpr):
+              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr):
     """Every load of the program, in the order the consumer uses them, one tile of q, k ahead. With FUSE also
     the key-axis work of the prep kernel (the ancestry rows, `_key_scalars`) and the ancestral k-hat rows, every
     depth's ahead of the tile's delta rows in the ring (the consumer forms all dots before its projections). The
@@ -215,7 +205,7 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
     row_l: gl.constexpr = gl.SliceLayout(1, gat)
     cols = gl.arange(0, V, layout=gl.SliceLayout(0, gat))
     tcol = gl.arange(0, TP, layout=gl.SliceLayout(0, sl))
-    tile0, tile1, NBT = _tiles(NT, W, BB, FULL_FIRST)
+    tile0, tile1, NBT = _tiles(NT, W, BB)
     zero = tile0 * 0                # int32 counters (a literal 0 would be a constexpr)
     prev_head, s_cnt, qk_cnt = _issue_s_qk(tile0, zero - 1, zero, zero, NBT, W, HV, s_desc, q_desc, k_desc, s_smem,
                                            q_smem, k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, V, BB)
@@ -291,7 +281,7 @@ def _ring_take(ring, ring_ready, ring_empty, cnt, mma: gl.constexpr, NR: gl.cons
 def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready, qk_empty,
               ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr, beta_ptr,
               R, W, HV, NT, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr, FULL_FIRST: gl.constexpr):
+              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr):
     """Projections, replay, delta_t and o_t of every tile of the program (the default partition: two
     warpgroups, each owning half of the V columns). The replay's coefficients come from the prep kernel's
     table, or with FUSE from this tile's q, k rows (norms, k-hat_j . q-hat and k-hat_j . k-hat against the
@@ -301,7 +291,7 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
     # FUSE's key-axis norms and dots with whole rows in each warp: sums by shuffles, no cross-warp exchange
     # through shared memory (in `mma` each row is split over both warpgroups; stop 24: 0.3-3.4 %)
     kl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
-    tile0, tile1, NBT = _tiles(NT, W, BB, FULL_FIRST)
+    tile0, tile1, NBT = _tiles(NT, W, BB)
     plane = R * HV * W
     cnt = 0
     s_cnt = 0
@@ -405,7 +395,6 @@ def _onela_main_ws_kernel(
     R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
     K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
     TPC: gl.constexpr, PWARPS: gl.constexpr, PREGS: gl.constexpr, PDL_NEXT: gl.constexpr, FUSE: gl.constexpr,
-    FULL_FIRST: gl.constexpr,
 ):
     """Step STEP (>= 1) of the main kernel -- with FUSE the whole step, the prep kernel's work included; a
     persistent program per SM over a contiguous range of beam tiles. anc_ptr is this step's ancestry table,
@@ -444,11 +433,11 @@ def _onela_main_ws_kernel(
     gl.warp_specialize([
         (_consumer, (s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr,
-                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE, FULL_FIRST)),
+                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE)),
         (_producer, (s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr,
                      alpha_ptr, g_ptr, khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
-                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE, FULL_FIRST)),
+                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE)),
     ], [PWARPS], [PREGS])
 
 
@@ -508,7 +497,7 @@ def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: in
     tpc = max(2, pow2(t + 1))
     const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5,
                  TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
-                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse, FULL_FIRST=cfg["ws_split"] == "full_first")
+                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse)
     return (min(nt, n_sm),), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
 
 
