@@ -15,6 +15,7 @@ import itertools
 import json
 import os
 import sys
+import time
 
 import torch
 
@@ -59,6 +60,19 @@ def _row(name, wl, path, res, ceilings, extra=None):
             "floor_bound": bound, "latency_over_floor": res.latency_ms / fl, "max_abs_err": res.max_abs_err,
             "persistent_MiB": res.persistent_bytes / MIB, "written_MiB": res.written_bytes / MIB,
             "compulsory_MiB": cost["compulsory_bytes"] / MIB, "gflop": cost["flops"] / 1e9, **(extra or {})}
+
+
+def sm_clock_mhz() -> int | None:
+    """This GPU's SM clock now, by NVML (None where NVML or a GPU is missing). Rows record it before and after
+    each cell, with `--idle` seconds of sleep before it: the first-cell check of kernels/NOTES.md "Next" 2."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        uuid = str(torch.cuda.get_device_properties(torch.cuda.current_device()).uuid)
+        handle = pynvml.nvmlDeviceGetHandleByUUID(uuid if uuid.startswith("GPU-") else f"GPU-{uuid}")
+        return int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except Exception:  # noqa: BLE001 - a missing library or device is "unknown", never a failed row
+        return None
 
 
 def tune_configs(K: int) -> list[dict]:
@@ -141,7 +155,11 @@ def main(argv=None) -> int:
                     help='also time this launch config (JSON, e.g. \'{"beam_iters": 4}\'); repeatable')
     ap.add_argument("--R", type=int, nargs="+", default=[4, 16])
     ap.add_argument("--W", type=int, default=512, help="beams per request")
+    ap.add_argument("--idle", type=float, default=0.0,
+                    help="seconds to sleep before each timed cell (does an idle GPU time slow? NOTES 'Next' 2)")
     args = ap.parse_args(argv)
+    if args.idle < 0:
+        ap.error(f"--idle must be >= 0 seconds, got {args.idle}")
     if not torch.cuda.is_available():
         print("kernels.bench needs a CUDA GPU (CPU timings are not performance)", file=sys.stderr)
         return 2
@@ -168,10 +186,13 @@ def main(argv=None) -> int:
         variants += [(f"onela[{_label(cfg, wl.geometry.k)}]", _ConfiguredOneLA(cfg)) for cfg in args.config]
         while variants:                                 # pop: a variant's stepper is freed before the next
             name, path = variants.pop(0)
+            time.sleep(args.idle)
+            clock_before = sm_clock_mhz()
             try:
                 res = check_and_time(path, wl, ref, DEFAULT_TOLERANCE, warmup_ms=100, rep_ms=50)
                 row = _row(name, wl, path, res, ceilings,
                            {"kernels": path.kernel_info()} if isinstance(path, _ConfiguredOneLA) else None)
+                row.update(sm_mhz_before=clock_before, sm_mhz_after=sm_clock_mhz())
             except Exception as e:  # noqa: BLE001 - a config that fails to compile is a recorded failure
                 row = {"path": name, "R": R, "W": args.W, "O": T + 1, "status": "failed",
                        "reason": f"{type(e).__name__}: {str(e)[:200]}"}
@@ -181,6 +202,7 @@ def main(argv=None) -> int:
                   f"({row.get('floor_bound', '')}) err={row.get('max_abs_err', float('nan')):.2e} "
                   f"persist={row.get('persistent_MiB', float('nan')):.1f}MiB "
                   f"written={row.get('written_MiB', float('nan')):.1f}MiB {row.get('kernels', '')} "
+                  f"sm={row.get('sm_mhz_before')}->{row.get('sm_mhz_after')}MHz "
                   f"{row.get('reason', '')}", flush=True)
             del path
             torch.cuda.empty_cache()

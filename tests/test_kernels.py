@@ -282,6 +282,17 @@ def test_gpu_every_geometry_within_paper_tolerance(name):
             assert res.status == "ok", (path, lineage, res.reason)
 
 
+def test_bench_rejects_a_negative_idle_and_reads_no_clock_without_a_gpu(capsys):
+    """`kernels.bench --idle S` (the first-cell check) names a bad value before anything runs; the SM clock it
+    records per row is None, not an error, where NVML or a GPU is missing."""
+    from kernels.bench import main, sm_clock_mhz
+    with pytest.raises(SystemExit) as e:
+        main(["--idle", "-1"])
+    assert e.value.code == 2 and "--idle must be >= 0 seconds, got -1.0" in capsys.readouterr().err
+    if not torch.cuda.is_available():
+        assert sm_clock_mhz() is None
+
+
 def test_bench_labels_tell_every_config_apart():
     """kernels.bench names each row by its config: every tuned config, and a key the label has no short form for,
     gets its own label (stop 27: two configs of a --config A/B both printed 'onela[]')."""
