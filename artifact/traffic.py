@@ -238,7 +238,11 @@ class Attempt:
     about: str = ""
 
 
-_KERNEL = ("--replay-mode", "kernel", "--cache-control", "none")
+# Kernel and application replays profile only inside cudaProfilerStart/Stop with --profile-from-start off;
+# range replays take their ranges from those calls themselves and refuse the flag ("==ERROR== Option
+# profile-from-start is not supported during range replay", ncu on the H200).
+_IN_RANGES = ("--profile-from-start", "off")
+_KERNEL = (*_IN_RANGES, "--replay-mode", "kernel", "--cache-control", "none")
 ATTEMPTS = {a.name: a for a in (
     Attempt("ncu-kernel", "ncu", _KERNEL, True, "Nsight Compute kernel replay, per-kernel counters summed"),
     Attempt("ncu-kernel-retry", "ncu", _KERNEL, True, "Nsight Compute kernel replay, second fresh process"),
@@ -246,10 +250,10 @@ ATTEMPTS = {a.name: a for a in (
             "Nsight Compute application range replay, counters over the whole run"),
     Attempt("ncu-range", "ncu", ("--replay-mode", "range", "--cache-control", "none"), False,
             "Nsight Compute range replay, counters over the whole run"),
-    Attempt("ncu-application", "ncu", ("--replay-mode", "application", "--cache-control", "none"), True,
-            "Nsight Compute application replay, per-kernel counters summed"),
-    Attempt("ncu-kernel-cache-all", "ncu", ("--replay-mode", "kernel", "--cache-control", "all"), True,
-            "Nsight Compute kernel replay with caches flushed before each kernel: writes are a lower bound"),
+    Attempt("ncu-application", "ncu", (*_IN_RANGES, "--replay-mode", "application", "--cache-control", "none"),
+            True, "Nsight Compute application replay, per-kernel counters summed"),
+    Attempt("ncu-kernel-cache-all", "ncu", (*_IN_RANGES, "--replay-mode", "kernel", "--cache-control", "all"),
+            True, "Nsight Compute kernel replay with caches flushed before each kernel: writes are a lower bound"),
     Attempt("pm-sampling", "pm_sampling", (), False, "CUPTI PM sampling (cupti-python) over the run's window"),
     Attempt("torch-profiler", "torch_profiler", (), True, "torch.profiler CUPTI metrics per kernel"),
 )}
@@ -365,12 +369,7 @@ def child_argv(target_args: list[str], method: str, out: Path, opts: TrafficOpti
 
 
 def ncu_argv(ncu: str, attempt: Attempt, log: Path) -> list[str]:
-    # Range replays take their ranges from cudaProfilerStart/Stop themselves and refuse --profile-from-start
-    # ("==ERROR== Option profile-from-start is not supported during range replay", ncu on the H200).
-    flags = attempt.ncu_flags
-    mode = flags[flags.index("--replay-mode") + 1] if "--replay-mode" in flags else "kernel"
-    start = [] if mode in ("range", "app-range") else ["--profile-from-start", "off"]
-    return [ncu, *start, "--clock-control", "none", *flags,
+    return [ncu, "--clock-control", "none", *attempt.ncu_flags,
             "--metrics", ",".join(METRICS), "--csv", "--page", "details", "--print-units", "base",
             "--log-file", str(log)]
 
