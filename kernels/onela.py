@@ -478,8 +478,8 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     "main"
     (after the Triton prep kernel) at G > 2, where the one-launch kernel would gather each key head's k-hat rows
     G times: 0.88-0.96x at qwen3_5_397b R=4 and R=16 O=7, 1.016x at R=16 O=3 (kernels/NOTES.md). Its ring of
-    gathered rows takes ws_ring entries (None: what shared memory allows, 5 beside ws_qk = 2 stages of q, k, 3
-    beside 3; 4 timed -0.7 to +2.4 %, 3 0-3 % slower at ws_qk 2), the producer warpgroup ws_regs registers (88: no spills at step 5), the launch ws_maxnreg (168 x 12
+    gathered rows takes ws_ring entries (None: 5, what shared memory allows; 4 timed -0.7 to +2.4 %, 3 0-3 %
+    slower), the producer warpgroup ws_regs registers (88: no spills at step 5), the launch ws_maxnreg (168 x 12
     warps fills the register file of one SM)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
@@ -495,7 +495,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
             "fuse_step0": bk == K and G <= 2, "ws": ("all" if G <= 2 else "main") if K == V == 128 else "off",
-            "ws_ring": None, "ws_qk": 2, "ws_regs": 88, "ws_maxnreg": 168}
+            "ws_ring": None, "ws_regs": 88, "ws_maxnreg": 168}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane
@@ -572,8 +572,6 @@ class OneLAStepper(Stepper):
             torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
         if self.config["ws"] not in _WS:
             raise ValueError(f"onela: ws={self.config['ws']!r} unknown; one of {sorted(_WS)}")
-        if self.config["ws_qk"] not in (2, 3):
-            raise ValueError(f"onela: ws_qk={self.config['ws_qk']!r} (stages of q, k in the ws kernel) must be 2 or 3")
         if "ws" not in (config or {}) and (self.config["s_lo"] != "none" or self.config["fused"]):
             self.config["ws"] = "off"       # a config asking for another projection or v6 asks for the Triton kernels
         if self.config["ws"] != "off" and (self.config["s_lo"] != "none" or self.config["fused"]):

@@ -70,9 +70,8 @@ def _tiles(NT, W, BB: gl.constexpr):
 @gluon.jit
 def _issue_s_qk(tile, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc, k_desc, s_smem, q_smem, k_smem,
                 s_ready, s_empty, qk_ready, qk_empty, G: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-                BB: gl.constexpr, QKS: gl.constexpr):
-    """TMA loads of tile `tile`: its S tile when the (request, value head) changes, and its q, k rows (stage
-    qk_cnt % QKS)."""
+                BB: gl.constexpr):
+    """TMA loads of tile `tile`: its S tile when the (request, value head) changes, and its q, k rows."""
     head = tile // NBT
     r = head // HV
     hk = (head % HV) // G
@@ -82,33 +81,12 @@ def _issue_s_qk(tile, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc, k_de
         mbarrier.expect(s_ready, s_desc.block_type.nbytes)
         tma.async_copy_global_to_shared(s_desc, [head * V, 0], s_ready, s_smem)
         s_cnt += 1
-    st = qk_cnt % QKS
-    mbarrier.wait(qk_empty.index(st), ((qk_cnt // QKS) & 1) ^ 1)
+    st = qk_cnt % 2
+    mbarrier.wait(qk_empty.index(st), ((qk_cnt // 2) & 1) ^ 1)
     mbarrier.expect(qk_ready.index(st), 2 * q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [r * W + b0, hk * K], qk_ready.index(st), q_smem.index(st))
     tma.async_copy_global_to_shared(k_desc, [r * W + b0, hk * K], qk_ready.index(st), k_smem.index(st))
     return head, s_cnt, qk_cnt + 1
-
-
-@gluon.jit
-def _issue_ahead(tile, tile0, tile1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc, k_desc, s_smem, q_smem,
-                 k_smem, s_ready, s_empty, qk_ready, qk_empty, G: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-                 BB: gl.constexpr, QKS: gl.constexpr, NEW_HEAD: gl.constexpr):
-    """The q, k loads (and S) of the tiles after `tile`, up to tile + QKS - 1, that may go out now (tile0 + qk_cnt
-    is the first not yet issued). A tile of the head of the tile before it may go at any time (its stage was
-    freed by the projections of a tile whose ring entries are all out). One of a new head needs its S tile, which
-    waits for the consumer's last projections of the head before; with FUSE those need that tile's k-hat rows
-    from the ring, so such a tile goes only once they are out: NEW_HEAD 0 never (before the grid-dependency
-    wait, and at the top of an iteration with FUSE), 1 when it is tile + 1 (the end of an iteration: all of
-    `tile`'s ring entries are out), 2 any (FUSE off: the projections need no ring entry)."""
-    for d in gl.static_range(1, QKS):
-        n = tile + d
-        same = n // NBT == (n - 1) // NBT
-        if (n == tile0 + qk_cnt) & (n < tile1) & (same | (NEW_HEAD == 2) | ((NEW_HEAD == 1) & (d == 1))):
-            prev_head, s_cnt, qk_cnt = _issue_s_qk(n, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc, k_desc,
-                                                   s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready, qk_empty, G,
-                                                   K, V, BB, QKS)
-    return prev_head, s_cnt, qk_cnt
 
 
 @gluon.jit
@@ -214,10 +192,8 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
               ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
               khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
               G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, BB: gl.constexpr,
-              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr,
-              QKS: gl.constexpr):
-    """Every load of the program, in the order the consumer uses them, q, k up to QKS - 1 tiles ahead
-    (`_issue_ahead`). With FUSE also
+              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr):
+    """Every load of the program, in the order the consumer uses them, one tile of q, k ahead. With FUSE also
     the key-axis work of the prep kernel (the ancestry rows, `_key_scalars`) and the ancestral k-hat rows, every
     depth's ahead of the tile's delta rows in the ring (the consumer forms all dots before its projections). The
     dependent loads of the next tile -- its parents, then its ancestry rows, then its ancestral alphas -- go out
@@ -232,11 +208,7 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
     tile0, tile1, NBT = _tiles(NT, W, BB)
     zero = tile0 * 0                # int32 counters (a literal 0 would be a constexpr)
     prev_head, s_cnt, qk_cnt = _issue_s_qk(tile0, zero - 1, zero, zero, NBT, W, HV, s_desc, q_desc, k_desc, s_smem,
-                                           q_smem, k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, V, BB, QKS)
-    if QKS > 2:     # the next tiles' q, k too, where they need no new S tile
-        prev_head, s_cnt, qk_cnt = _issue_ahead(tile0, tile0, tile1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc,
-                                                q_desc, k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
-                                                qk_empty, G, K, V, BB, QKS, 0)
+                                           q_smem, k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, V, BB)
     if FUSE:        # the parents are this step's input, as q and k are: read before the wait (stop 25)
         par0 = _par_rows(par_ptr, tile0, tile1, NBT, W, HV, BB, sl)
         par_n = _par_rows(par_ptr, tile0 + 1, tile1, NBT, W, HV, BB, pl)     # one beam per thread
@@ -250,11 +222,13 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
     a_cnt = zero
     cnt = 0
     for tile in range(tile0, tile1):
-        # the next tiles' q, k (and S) go out before this tile's gathers -- except, with FUSE, a tile of another
-        # head: its S waits for the projections of the tile before it, which come after that tile's k-hat rows
-        prev_head, s_cnt, qk_cnt = _issue_ahead(tile, tile0, tile1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc,
-                                                q_desc, k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
-                                                qk_empty, G, K, V, BB, QKS, 0 if FUSE else 2)
+        # the next tile's q, k (and S) go out before this tile's gathers -- except, with FUSE, a next tile of
+        # another head: its S waits for this tile's projections, which come after this tile's k-hat rows
+        early = (tile + 1 < tile1) & (((tile + 1) // NBT == tile // NBT) | (not FUSE))
+        if early:
+            prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
+                                                   k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
+                                                   qk_empty, G, K, V, BB)
         if not FUSE:
             slots_next = _load_slots(anc_ptr, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl)
         head = tile // NBT
@@ -284,10 +258,10 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
         cnt = _ring_put(vptrs, ring, ring_ready, ring_empty, cnt, NR)
         if FUSE:
             par_n = _par_rows(par_ptr, tile + 2, tile1, NBT, W, HV, BB, pl)
-        if FUSE:                    # this tile's ring entries are out: a next tile of a new head may go
-            prev_head, s_cnt, qk_cnt = _issue_ahead(tile, tile0, tile1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc,
-                                                    q_desc, k_desc, s_smem, q_smem, k_smem, s_ready, s_empty,
-                                                    qk_ready, qk_empty, G, K, V, BB, QKS, 1)
+        if (tile + 1 < tile1) & (not early):
+            prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
+                                                   k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
+                                                   qk_empty, G, K, V, BB)
         slots = slots_next
 
 
@@ -307,7 +281,7 @@ def _ring_take(ring, ring_ready, ring_empty, cnt, mma: gl.constexpr, NR: gl.cons
 def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready, qk_empty,
               ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr, beta_ptr,
               R, W, HV, NT, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr, QKS: gl.constexpr):
+              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr):
     """Projections, replay, delta_t and o_t of every tile of the program (the default partition: two
     warpgroups, each owning half of the V columns). The replay's coefficients come from the prep kernel's
     table, or with FUSE from this tile's q, k rows (norms, k-hat_j . q-hat and k-hat_j . k-hat against the
@@ -340,12 +314,11 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
             mbarrier.wait(s_ready, s_cnt & 1)
             s_cnt += 1
         prev_head = head
-        st = i % 2                  # the aux stage
-        sq = i % QKS                # the q, k stage
-        mbarrier.wait(qk_ready.index(sq), (i // QKS) & 1)
+        st = i % 2
+        mbarrier.wait(qk_ready.index(st), (i // 2) & 1)
         if FUSE:                    # the key axis first, so its registers are free before the accumulators live
-            qf = q_smem.index(sq).load(kl).to(gl.float32)
-            kf = k_smem.index(sq).load(kl).to(gl.float32)
+            qf = q_smem.index(st).load(kl).to(gl.float32)
+            kf = k_smem.index(st).load(kl).to(gl.float32)
             inv_q = gl.rsqrt(gl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)
             inv_k = gl.rsqrt(gl.sum(kf * kf, axis=1) + 1e-6)
             kq_t = gl.sum(qf * kf, axis=1) * inv_q * inv_k
@@ -369,11 +342,11 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
             kq_t = keys.index(2).load(row_l)
         s_t = s_smem.permute((1, 0))
         zero = gl.zeros([BB, V], gl.float32, mma)
-        u_q = warpgroup_mma(q_smem.index(sq), s_t, zero, use_acc=False, is_async=True)
-        u_k = warpgroup_mma(k_smem.index(sq), s_t, zero, use_acc=False, is_async=True)
+        u_q = warpgroup_mma(q_smem.index(st), s_t, zero, use_acc=False, is_async=True)
+        u_k = warpgroup_mma(k_smem.index(st), s_t, zero, use_acc=False, is_async=True)
         u_q, u_k = warpgroup_mma_wait(0, deps=[u_q, u_k])
         gl.thread_barrier()
-        mbarrier.arrive(qk_empty.index(sq), count=1)
+        mbarrier.arrive(qk_empty.index(st), count=1)
         last_of_head = (tile + 1 == tile1) | ((tile + 1) // NBT != head)
         mbarrier.arrive(s_empty, count=1, pred=last_of_head)
         if FUSE:                    # the producer's alpha products of this tile (rows j < STEP: c_j, STEP: P)
@@ -422,7 +395,6 @@ def _onela_main_ws_kernel(
     R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
     K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
     TPC: gl.constexpr, PWARPS: gl.constexpr, PREGS: gl.constexpr, PDL_NEXT: gl.constexpr, FUSE: gl.constexpr,
-    QKS: gl.constexpr,
 ):
     """Step STEP (>= 1) of the main kernel -- with FUSE the whole step, the prep kernel's work included; a
     persistent program per SM over a contiguous range of beam tiles. anc_ptr is this step's ancestry table,
@@ -431,8 +403,8 @@ def _onela_main_ws_kernel(
         _gdc_launch_dependents()    # the next launch may start its S, q, k loads meanwhile
     BB: gl.constexpr = _BB
     s_smem = gl.allocate_shared_memory(gl.bfloat16, [V, K], s_desc.layout)
-    q_smem = gl.allocate_shared_memory(gl.bfloat16, [QKS, BB, K], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(gl.bfloat16, [QKS, BB, K], q_desc.layout)
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, K], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, K], q_desc.layout)
     ring = gl.allocate_shared_memory(gl.bfloat16, [NR, BB, V], dst_desc.layout)
     aux = gl.allocate_shared_memory(gl.float32, [6 * TPC, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     keys = gl.allocate_shared_memory(gl.float32, [3, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
@@ -442,18 +414,17 @@ def _onela_main_ws_kernel(
     #                     its delta_t is written there (the epilogue's store_wait), so the two never overlap
     s_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     s_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    qk_ready = gl.allocate_shared_memory(gl.int64, [QKS, 1], mbarrier.MBarrierLayout())
-    qk_empty = gl.allocate_shared_memory(gl.int64, [QKS, 1], mbarrier.MBarrierLayout())
+    qk_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    qk_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     aux_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     aux_empty = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     ring_ready = gl.allocate_shared_memory(gl.int64, [NR, 1], mbarrier.MBarrierLayout())
     ring_empty = gl.allocate_shared_memory(gl.int64, [NR, 1], mbarrier.MBarrierLayout())
     mbarrier.init(s_ready, count=1)
     mbarrier.init(s_empty, count=1)
-    for i in gl.static_range(QKS):
+    for i in gl.static_range(2):
         mbarrier.init(qk_ready.index(i), count=1)
         mbarrier.init(qk_empty.index(i), count=1)
-    for i in gl.static_range(2):
         mbarrier.init(aux_ready.index(i), count=1)
         mbarrier.init(aux_empty.index(i), count=1)
     for i in gl.static_range(NR):
@@ -462,11 +433,11 @@ def _onela_main_ws_kernel(
     gl.warp_specialize([
         (_consumer, (s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr,
-                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE, QKS)),
+                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE)),
         (_producer, (s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr,
                      alpha_ptr, g_ptr, khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
-                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE, QKS)),
+                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE)),
     ], [PWARPS], [PREGS])
 
 
@@ -517,10 +488,6 @@ def ws_mode(cfg: dict, t: int, has_prep: bool) -> str | None:
     return "main" if ws == "main" else "step"
 
 
-# ring entries shared memory leaves beside ws_qk stages of q, k at step 5 (228,284 / 226,048 of 232,448 bytes)
-_WS_RING = {2: 5, 3: 3}
-
-
 def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: int) -> tuple[tuple, dict]:
     """(grid, constexpr arguments and launch options) of step t's warp-specialised kernel: one place for
     `launch_ws` and `kernels.inspect`."""
@@ -528,9 +495,9 @@ def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: in
     nt = R * geo.hv * (W // BB_TILE)
     fuse = mode == "step"
     tpc = max(2, pow2(t + 1))
-    const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or _WS_RING[cfg["ws_qk"]],
+    const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5,
                  TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
-                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse, QKS=cfg["ws_qk"])
+                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse)
     return (min(nt, n_sm),), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
 
 
