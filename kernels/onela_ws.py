@@ -192,7 +192,8 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
               ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
               khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
               G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, BB: gl.constexpr,
-              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr):
+              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr,
+              QK_LATE: gl.constexpr):
     """Every load of the program, in the order the consumer uses them, one tile of q, k ahead. With FUSE also
     the key-axis work of the prep kernel (the ancestry rows, `_key_scalars`) and the ancestral k-hat rows, every
     depth's ahead of the tile's delta rows in the ring (the consumer forms all dots before its projections). The
@@ -224,7 +225,8 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
     for tile in range(tile0, tile1):
         # the next tile's q, k (and S) go out before this tile's gathers -- except, with FUSE, a next tile of
         # another head: its S waits for this tile's projections, which come after this tile's k-hat rows
-        early = (tile + 1 < tile1) & (((tile + 1) // NBT == tile // NBT) | (not FUSE))
+        # (STEP <= QK_LATE: always after this tile's ring entries, so its v and gathers go out first)
+        early = (tile + 1 < tile1) & (((tile + 1) // NBT == tile // NBT) | (not FUSE)) & (STEP > QK_LATE)
         if early:
             prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
                                                    k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
@@ -395,6 +397,7 @@ def _onela_main_ws_kernel(
     R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
     K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
     TPC: gl.constexpr, PWARPS: gl.constexpr, PREGS: gl.constexpr, PDL_NEXT: gl.constexpr, FUSE: gl.constexpr,
+    QK_LATE: gl.constexpr,
 ):
     """Step STEP (>= 1) of the main kernel -- with FUSE the whole step, the prep kernel's work included; a
     persistent program per SM over a contiguous range of beam tiles. anc_ptr is this step's ancestry table,
@@ -437,7 +440,7 @@ def _onela_main_ws_kernel(
         (_producer, (s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr,
                      alpha_ptr, g_ptr, khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
-                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE)),
+                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE, QK_LATE)),
     ], [PWARPS], [PREGS])
 
 
@@ -497,7 +500,7 @@ def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: in
     tpc = max(2, pow2(t + 1))
     const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5,
                  TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
-                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse)
+                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse, QK_LATE=cfg["ws_qk_late"])
     return (min(nt, n_sm),), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
 
 
