@@ -192,9 +192,11 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
               ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
               khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
               G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, BB: gl.constexpr,
-              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr,
-              QK_LATE: gl.constexpr):
-    """Every load of the program, in the order the consumer uses them, one tile of q, k ahead. With FUSE also
+              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr):
+    """Every load of the program, in the order the consumer uses them: a tile's ring entries, then the next
+    tile's q, k (and S) -- after, not before, this tile's gathers and v (stop 28: 2.0 / 0.7 % off R=4 O=7 / O=3;
+    q, k a tile further ahead cost 2-7 %), which also lets a next tile of a new head load its S (waiting for this
+    tile's projections) without a second issue point. With FUSE also
     the key-axis work of the prep kernel (the ancestry rows, `_key_scalars`) and the ancestral k-hat rows, every
     depth's ahead of the tile's delta rows in the ring (the consumer forms all dots before its projections). The
     dependent loads of the next tile -- its parents, then its ancestry rows, then its ancestral alphas -- go out
@@ -223,14 +225,6 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
     a_cnt = zero
     cnt = 0
     for tile in range(tile0, tile1):
-        # the next tile's q, k (and S) go out before this tile's gathers -- except, with FUSE, a next tile of
-        # another head: its S waits for this tile's projections, which come after this tile's k-hat rows
-        # (STEP <= QK_LATE: always after this tile's ring entries, so its v and gathers go out first)
-        early = (tile + 1 < tile1) & (((tile + 1) // NBT == tile // NBT) | (not FUSE)) & (STEP > QK_LATE)
-        if early:
-            prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
-                                                   k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
-                                                   qk_empty, G, K, V, BB)
         if not FUSE:
             slots_next = _load_slots(anc_ptr, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl)
         head = tile // NBT
@@ -260,7 +254,7 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
         cnt = _ring_put(vptrs, ring, ring_ready, ring_empty, cnt, NR)
         if FUSE:
             par_n = _par_rows(par_ptr, tile + 2, tile1, NBT, W, HV, BB, pl)
-        if (tile + 1 < tile1) & (not early):
+        if tile + 1 < tile1:        # the next tile's q, k, once this tile's ring entries are out
             prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
                                                    k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
                                                    qk_empty, G, K, V, BB)
@@ -397,7 +391,6 @@ def _onela_main_ws_kernel(
     R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
     K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
     TPC: gl.constexpr, PWARPS: gl.constexpr, PREGS: gl.constexpr, PDL_NEXT: gl.constexpr, FUSE: gl.constexpr,
-    QK_LATE: gl.constexpr,
 ):
     """Step STEP (>= 1) of the main kernel -- with FUSE the whole step, the prep kernel's work included; a
     persistent program per SM over a contiguous range of beam tiles. anc_ptr is this step's ancestry table,
@@ -440,7 +433,7 @@ def _onela_main_ws_kernel(
         (_producer, (s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr,
                      alpha_ptr, g_ptr, khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
-                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE, QK_LATE)),
+                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE)),
     ], [PWARPS], [PREGS])
 
 
@@ -500,7 +493,7 @@ def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: in
     tpc = max(2, pow2(t + 1))
     const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5,
                  TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
-                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse, QK_LATE=cfg["ws_qk_late"])
+                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse)
     return (min(nt, n_sm),), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
 
 
