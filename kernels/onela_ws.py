@@ -277,7 +277,7 @@ def _ring_take(ring, ring_ready, ring_empty, cnt, mma: gl.constexpr, NR: gl.cons
 def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready, qk_empty,
               ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr, beta_ptr,
               R, W, HV, NT, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr):
+              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr, KH_OWN: gl.constexpr):
     """Projections, replay, delta_t and o_t of every tile of the program (the default partition: two
     warpgroups, each owning half of the V columns). The replay's coefficients come from the prep kernel's
     table, or with FUSE from this tile's q, k rows (norms, k-hat_j . q-hat and k-hat_j . k-hat against the
@@ -319,7 +319,10 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
             inv_k = gl.rsqrt(gl.sum(kf * kf, axis=1) + 1e-6)
             kq_t = gl.sum(qf * kf, axis=1) * inv_q * inv_k
             if hv % G == 0:         # the k-hat_t record of key head hv / G, once per key head
-                tma.store_wait(0)
+                if KH_OWN:          # its own buffer: the last k-hat store has read it (o, delta may be in flight)
+                    tma.store_wait(2)
+                else:               # shared with delta_t: every earlier store has read it
+                    tma.store_wait(0)
                 gl.thread_barrier()
                 kh_smem.store((kf * inv_k[:, None]).to(kh_smem.dtype))
                 fence_async_shared()
@@ -373,7 +376,13 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
         v, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, mma, NR)
         delta = beta[:, None] * (v - u_k)
         o = u_q + delta * kq_t[:, None]
-        tma.store_wait(0)           # the previous tile's stores have read o_smem / d_smem (and kh_smem)
+        if KH_OWN:                  # the previous tile's o / delta stores have read o_smem / d_smem; this
+            if hv % G == 0:         # tile's k-hat_t store (the newest) may still be reading kh_smem
+                tma.store_wait(1)
+            else:
+                tma.store_wait(0)
+        else:
+            tma.store_wait(0)       # the previous tile's stores have read o_smem / d_smem (and kh_smem)
         gl.thread_barrier()
         o_smem.store(o.to(o_smem.dtype))
         d_smem.store(delta.to(d_smem.dtype))
@@ -391,6 +400,7 @@ def _onela_main_ws_kernel(
     R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
     K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
     TPC: gl.constexpr, PWARPS: gl.constexpr, PREGS: gl.constexpr, PDL_NEXT: gl.constexpr, FUSE: gl.constexpr,
+    KH_OWN: gl.constexpr,
 ):
     """Step STEP (>= 1) of the main kernel -- with FUSE the whole step, the prep kernel's work included; a
     persistent program per SM over a contiguous range of beam tiles. anc_ptr is this step's ancestry table,
@@ -406,8 +416,10 @@ def _onela_main_ws_kernel(
     keys = gl.allocate_shared_memory(gl.float32, [3, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     o_smem = gl.allocate_shared_memory(out_desc.dtype, [BB, V], out_desc.layout)
     d_smem = gl.allocate_shared_memory(gl.bfloat16, [BB, V], dst_desc.layout)
-    kh_smem = d_smem    # FUSE's k-hat_t record goes out through d_smem: each tile's k-hat_t store is waited for before
-    #                     its delta_t is written there (the epilogue's store_wait), so the two never overlap
+    if KH_OWN:      # FUSE's k-hat_t record through a buffer of its own: one wait for the TMA store engine per tile
+        kh_smem = gl.allocate_shared_memory(gl.bfloat16, [BB, K], dst_desc.layout)
+    else:           # ... or through d_smem: each tile's k-hat_t store is waited for before its delta_t is written
+        kh_smem = d_smem    # there (the epilogue's store_wait), so the two never overlap
     s_ready = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     s_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     qk_ready = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
@@ -429,7 +441,7 @@ def _onela_main_ws_kernel(
     gl.warp_specialize([
         (_consumer, (s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr,
-                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE)),
+                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE, KH_OWN)),
         (_producer, (s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr,
                      alpha_ptr, g_ptr, khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
@@ -491,7 +503,8 @@ def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: in
     nt = R * geo.hv * (W // BB_TILE)
     fuse = mode == "step"
     tpc = max(2, pow2(t + 1))
-    const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or 5,
+    kh_own = fuse and t <= cfg["ws_kh_own_upto"]   # a k-hat_t buffer of its own takes one ring entry's 16 KB
+    const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or (4 if kh_own else 5), KH_OWN=kh_own,
                  TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
                  PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse)
     return (min(nt, n_sm),), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}

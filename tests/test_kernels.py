@@ -369,7 +369,8 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     the whole step, every step -- passes the FP32 FullState gate, writes the Triton kernels' ancestry exactly and
     their GTRs to within bf16 rounding (the one-launch modes form the norms and dots in another order), and its
     captured graph (PDL launches) replays bit for bit. The interpreter cannot run Gluon: this is its correctness
-    test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share key heads."""
+    test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share key heads. A k-hat_t
+    buffer of its own (config ws_kh_own_upto) writes the same bits as the shared one."""
     wl = make_workload(name, R, W, T, lineage="beam", seed=5, device="cuda")
     ref = fullstate_decode(wl)
     base, _ = _graph_replays({"ws": "off"}, wl, 1)      # the Triton kernels (ws is the default since stop 23)
@@ -383,6 +384,12 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
         for a, b in zip(st.store.tensors(), base.store.tensors()):
             a, b = a.float(), b.float()
             assert ((a - b).abs() <= 2 ** -6 * b.abs() + 1e-4 * b.abs().max()).all(), (mode, a.shape)
+        # k-hat_t through a buffer of its own (ws_kh_own_upto, stop 28; "step" / "all" only) changes when the
+        # stores are waited for, not what they write: bit for bit the same results
+        st2, replays2 = _graph_replays({"ws": mode, "ws_kh_own_upto": 5}, wl, 2)
+        assert all(torch.equal(o, replays[0]) for o in replays2), (mode, "ws_kh_own_upto")
+        assert torch.equal(st2.anc, st.anc) and all(
+            torch.equal(a, b) for a, b in zip(st2.store.tensors(), st.store.tensors())), (mode, "ws_kh_own_upto")
 
 
 def _as_conv_split(q, k, v):
@@ -482,3 +489,8 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
             assert " 0 bytes spilled" in ws and int(ws.split(", ")[-1].split()[0]) <= 227 * 1024, ws
         order = out[out.index(ws) + 1]
         assert all(op in order for op in ("UTMALDG", "LDGSTS", "HGMMA", "UTMASTG")), order
+    # stop 28's ws_kh_own_upto (k-hat_t through a buffer of its own, the ring one entry shorter) fits and does not spill
+    out = [ln for ln in inspect("--O", "7", "--steps", "0", "5", "--config", '{"ws_kh_own_upto": 5}')
+           if ln.startswith("step ")]
+    assert len(out) == 2 and all(" 0 bytes spilled" in ln and int(ln.split(", ")[-1].split()[0]) <= 227 * 1024
+                                 for ln in out), out
