@@ -132,16 +132,16 @@ def _label(cfg: dict, K: int) -> str:
     text += f",lo_{cfg['s_lo']}" if "s_lo" in cfg else ""
     text += {True: ",fuse0", False: ",nofuse0"}.get(cfg.get("fuse_step0"), "")
     text += f",pw{cfg['prep_warps']}" if "prep_warps" in cfg else ""
-    ws_keys = [k for k in ("ws", "ws_ring", "ws_kh_own_upto", "ws_regs", "ws_maxnreg") if k in cfg]     # kernels/onela_ws.py
-    text += "".join(f",{k}_{cfg[k]}" for k in ws_keys)
+    text += "".join(f",{k}_{cfg[k]}" for k in _WS_KEYS if k in cfg)     # kernels/onela_ws.py
     # any other key by name, so that no two configs share a label (stop 27's ws_split rows read "onela[]" twice)
     text += "".join(f",{k}_{cfg[k]}" for k in sorted(set(cfg) - _LABELLED))
     return text.strip(",")
 
 
+_WS_KEYS = ("ws", "ws_ring", "ws_kh_own_upto", "ws_regs", "ws_maxnreg")     # labelled by name, in this order
 _LABELLED = {"BB_PREP", "prep_alpha_tile", "fused", "BB", "BV", "num_warps", "BK", "k_stages", "beam_iters",
              "loop_stages", "loop_max_step", "replay_stages", "pdl", "pdl_next_step", "qk_first", "s_lo",
-             "fuse_step0", "prep_warps", "ws", "ws_ring", "ws_kh_own_upto", "ws_regs", "ws_maxnreg"}
+             "fuse_step0", "prep_warps", *_WS_KEYS}
 
 
 def main(argv=None) -> int:
