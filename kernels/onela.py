@@ -480,9 +480,11 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     G times: 0.88-0.96x at qwen3_5_397b R=4 and R=16 O=7, 1.016x at R=16 O=3 (kernels/NOTES.md). Its ring of
     gathered rows takes ws_ring entries (None: 5, what shared memory allows; 4 timed -0.7 to +2.4 %, 3 0-3 %
     slower), the producer warpgroup ws_regs registers (88: no spills at step 5), the launch ws_maxnreg (168 x 12
-    warps fills the register file of one SM). ws_kh_own_upto (stop 28; written, not timed yet, kernels/NOTES.md
-    "Next" 1): at steps <= it the one-launch kernel stores k-hat_t through a shared-memory buffer of its own, the
-    ring one entry shorter (None: 4), so a tile waits for the TMA store engine once instead of twice; -1: never."""
+    warps fills the register file of one SM). ws_kh_own_upto (stop 28, adopted as 1 at stop 29): at steps <= it
+    the one-launch kernel stores k-hat_t through a shared-memory buffer of its own, the ring one entry shorter
+    (None: 4), so a tile waits for the TMA store engine once instead of twice; -1: never. 1 was -0.5 / -0.9 / 0.0
+    / -0.2 % at R=4 O=7 / R=4 O=3 / R=16 O=7 / R=16 O=3 in one run, 5 +1.0 / -1.2 / +0.9 / -0.2 % (the shorter
+    ring costs the deep steps; kernels/NOTES.md, stop 29)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 else 64
@@ -497,7 +499,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
             "fuse_step0": bk == K and G <= 2, "ws": ("all" if G <= 2 else "main") if K == V == 128 else "off",
-            "ws_ring": None, "ws_kh_own_upto": -1, "ws_regs": 88, "ws_maxnreg": 168}
+            "ws_ring": None, "ws_kh_own_upto": 1, "ws_regs": 88, "ws_maxnreg": 168}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane

@@ -384,12 +384,14 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
         for a, b in zip(st.store.tensors(), base.store.tensors()):
             a, b = a.float(), b.float()
             assert ((a - b).abs() <= 2 ** -6 * b.abs() + 1e-4 * b.abs().max()).all(), (mode, a.shape)
-        # k-hat_t through a buffer of its own (ws_kh_own_upto, stop 28; "step" / "all" only) changes when the
-        # stores are waited for, not what they write: bit for bit the same results
-        st2, replays2 = _graph_replays({"ws": mode, "ws_kh_own_upto": 5}, wl, 2)
-        assert all(torch.equal(o, replays[0]) for o in replays2), (mode, "ws_kh_own_upto")
-        assert torch.equal(st2.anc, st.anc) and all(
-            torch.equal(a, b) for a, b in zip(st2.store.tensors(), st.store.tensors())), (mode, "ws_kh_own_upto")
+        # k-hat_t through a buffer of its own (ws_kh_own_upto, stop 28; "step" / "all" only; the default 1 uses
+        # it at steps 0-1) changes when the stores are waited for, not what they write: never (-1) and at every
+        # step (5) give the default's results bit for bit
+        for upto in (-1, 5):
+            st2, replays2 = _graph_replays({"ws": mode, "ws_kh_own_upto": upto}, wl, 2)
+            assert all(torch.equal(o, replays[0]) for o in replays2), (mode, upto)
+            assert torch.equal(st2.anc, st.anc) and all(
+                torch.equal(a, b) for a, b in zip(st2.store.tensors(), st.store.tensors())), (mode, upto)
 
 
 def _as_conv_split(q, k, v):
