@@ -484,7 +484,9 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     the one-launch kernel stores k-hat_t through a shared-memory buffer of its own, the ring one entry shorter
     (None: 4), so a tile waits for the TMA store engine once instead of twice; -1: never. 1 was -0.5 / -0.9 / 0.0
     / -0.2 % at R=4 O=7 / R=4 O=3 / R=16 O=7 / R=16 O=3 in one run, 5 +1.0 / -1.2 / +0.9 / -0.2 % (the shorter
-    ring costs the deep steps; kernels/NOTES.md, stop 29)."""
+    ring costs the deep steps; kernels/NOTES.md, stop 29). ws_even_upto (stop 29, to time): at steps <= it the
+    grid is the most programs <= one per SM that split the beam tiles evenly into head-aligned ranges (R=4 W=512:
+    128 programs x 4 tiles instead of 132 x 3-4); -1: never."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 else 64
@@ -499,7 +501,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
             "fuse_step0": bk == K and G <= 2, "ws": ("all" if G <= 2 else "main") if K == V == 128 else "off",
-            "ws_ring": None, "ws_kh_own_upto": 1, "ws_regs": 88, "ws_maxnreg": 168}
+            "ws_ring": None, "ws_kh_own_upto": 1, "ws_even_upto": -1, "ws_regs": 88, "ws_maxnreg": 168}
 
 
 _S_LO = {"qk": 2, "q": 1, "none": 0}     # config s_lo -> S_LO: the projections that take S's bf16 lo plane

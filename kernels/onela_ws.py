@@ -507,7 +507,18 @@ def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: in
     const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or (4 if kh_own else 5), KH_OWN=kh_own,
                  TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
                  PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse)
-    return (min(nt, n_sm),), {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
+    return (_ws_programs(nt, W // BB_TILE, n_sm, t <= cfg["ws_even_upto"]),), {**const, "num_warps": 8,
+                                                                                "maxnreg": cfg["ws_maxnreg"]}
+
+
+def _ws_programs(nt: int, nbt: int, n_sm: int, even: bool) -> int:
+    """Programs of the persistent grid: one per SM (at most one per tile), or with `even` the most programs <= that
+    whose equal ranges of nt / p tiles are head-aligned -- a whole number of heads (nbt tiles each) or a whole
+    fraction of one -- so that no program's range crosses a head change or is a tile longer than another's."""
+    p = min(nt, n_sm)
+    if even:
+        p = max(d for d in range(1, p + 1) if nt % d == 0 and ((nt // d) % nbt == 0 or nbt % (nt // d) == 0))
+    return p
 
 
 def launch_ws(st, q, k, v, g, beta, parents, anc_prev, anc_cur, out, grid, const: dict, opts: dict):
