@@ -484,9 +484,11 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     the one-launch kernel stores k-hat_t through a shared-memory buffer of its own, the ring one entry shorter
     (None: 4), so a tile waits for the TMA store engine once instead of twice; -1: never. 1 was -0.5 / -0.9 / 0.0
     / -0.2 % at R=4 O=7 / R=4 O=3 / R=16 O=7 / R=16 O=3 in one run, 5 +1.0 / -1.2 / +0.9 / -0.2 % (the shorter
-    ring costs the deep steps; kernels/NOTES.md, stop 29). ws_even_upto (stop 29, to time): at steps <= it the
-    grid is the most programs <= one per SM that split the beam tiles evenly into head-aligned ranges (R=4 W=512:
-    128 programs x 4 tiles instead of 132 x 3-4); -1: never."""
+    ring costs the deep steps; kernels/NOTES.md, stop 29). ws_even_upto (stop 29): at steps <= it the grid is
+    the most programs <= one per SM that split the beam tiles evenly into head-aligned ranges (R=4 W=512: 128
+    programs x 4 tiles instead of 132 x 3-4); -1: never. At every step it was -1.1 / +0.6 / -3.2 / -1.9 % at R=4 O=3
+    / R=4 O=7 / R=16 O=3 / R=16 O=7 in one run, but +1.6 % at qwen3_5_397b R=4 O=3 ("main"); not adopted yet
+    (kernels/NOTES.md, stop 29 and "Next" 1)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 else 64

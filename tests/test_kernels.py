@@ -401,6 +401,26 @@ def _as_conv_split(q, k, v):
     return qs.unflatten(-1, q.shape[-2:]), ks.unflatten(-1, k.shape[-2:]), vs.unflatten(-1, v.shape[-2:])
 
 
+def test_ws_even_grid_is_head_aligned_and_never_wider():
+    """Config ws_even_upto (stop 29): at the steps it covers, the ws kernel's persistent grid splits the beam tiles
+    into equal ranges of whole heads (or whole fractions of one), never more programs than one per SM or one per
+    tile; elsewhere one program per SM. Only the grid changes, so a CPU test is enough here."""
+    from kernels.onela import launch_config
+    from kernels.onela_ws import _ws_programs, ws_launch_params
+    for nt, nbt in [(512, 8), (2048, 8), (1024, 8), (4096, 8), (128, 2), (96, 3), (60, 1), (264, 8), (133, 1)]:
+        plain, even = _ws_programs(nt, nbt, 132, False), _ws_programs(nt, nbt, 132, True)
+        assert plain == min(nt, 132) and 1 <= even <= plain, (nt, nbt)
+        per = nt // even
+        assert nt % even == 0 and (per % nbt == 0 or nbt % per == 0), (nt, nbt, even)
+    geo = GEOMETRIES["qwen3_5_0_8b"]
+    for R, want in ((4, 128), (16, 128)):       # 512 / 2,048 tiles: 4 / 16 per program, not 132 x 3-4 / 15-16
+        cfg = launch_config(geo.k, geo.v, 512, R, geo.hv, 132, geo.group)
+        assert ws_launch_params(cfg, geo, R, 512, 1, "step", 132)[0] == (132,)
+        for t in (0, 1, 5):
+            grid = ws_launch_params({**cfg, "ws_even_upto": 1}, geo, R, 512, t, "step", 132)[0]
+            assert grid == ((want,) if t <= 1 else (132,)), (R, t, grid)
+
+
 def test_ws_takes_the_models_conv_split_and_rejects_other_layouts():
     """The warp-specialised kernel reads q, k, v as evenly spaced rows (TMA / cp.async), so the model's split of
     its conv output qualifies; rows it cannot address that way, unaligned ones or another dtype go to the Triton
