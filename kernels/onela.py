@@ -482,11 +482,11 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     slower), the producer warpgroup ws_regs registers (88: no spills at step 5), the launch ws_maxnreg (168 x 12
     warps fills the register file of one SM). ws_kh_own_upto (stop 28, adopted as 1 at stop 29): at steps <= it
     the one-launch kernel stores k-hat_t through a shared-memory buffer of its own, the ring one entry shorter
-    (None: 4), so a tile waits for the TMA store engine once instead of twice; -1: never. 1 was -0.5 / -0.9 / 0.0
-    / -0.2 % at R=4 O=7 / R=4 O=3 / R=16 O=7 / R=16 O=3 in one run, 5 +1.0 / -1.2 / +0.9 / -0.2 % (the shorter
+    (None: 4), so a tile waits for the TMA store engine once instead of twice; -1: never. 1 was -0.5 / -1.0 / -0.1
+    / -0.3 % at R=4 O=7 / R=4 O=3 / R=16 O=7 / R=16 O=3 in one run, 5 +1.0 / -1.2 / +0.9 / -0.2 % (the shorter
     ring costs the deep steps; kernels/NOTES.md, stop 29). ws_even_upto (stop 29): at steps <= it the grid is
     the most programs <= one per SM that split the beam tiles evenly into head-aligned ranges (R=4 W=512: 128
-    programs x 4 tiles instead of 132 x 3-4); -1: never. At every step it was -1.1 / +0.6 / -3.2 / -1.9 % at R=4 O=3
+    programs x 4 tiles instead of 132 x 3-4); -1: never. At every step it was -1.3 / +0.6 / -3.3 / -1.9 % at R=4 O=3
     / R=4 O=7 / R=16 O=3 / R=16 O=7 in one run, but +1.6 % at qwen3_5_397b R=4 O=3 ("main"); not adopted yet
     (kernels/NOTES.md, stop 29 and "Next" 1)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
