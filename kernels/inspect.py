@@ -77,8 +77,9 @@ def compile_kernel(name: str, const: dict, opts: dict) -> dict:
         if arg in const:
             sig[arg] = "constexpr"
             continue
-        if arg.endswith("_desc"):       # the ws kernel's TMA descriptors: S tiles [V, K], the others [64, D]
-            sig[arg] = _tensordesc([const["V"], const["K"]] if arg == "s_desc" else [BB_TILE, const["K"]])
+        if arg.endswith("_desc"):       # the ws kernel's TMA descriptors: S tiles [V / NVC, K], the others [64, 128]
+            block = [const["V"] // const["NVC"], const["K"]] if arg == "s_desc" else [BB_TILE, const["K"]]
+            sig[arg] = _tensordesc(block)
             continue
         sig[arg] = _PTR.get(arg, "i32")
         if arg != "T_CAP":

@@ -18,9 +18,13 @@ delta rows, from which the consumer forms the norms and k-hat . q-hat, k-hat . k
 and writes the k-hat_t record; its depth loops run at run time (stop 25: a smaller kernel, -4 to -7 % at O=7). Same
 math and record layout ([T, R, H, W] rows, `_rec`) as the Triton kernels.
 
-Applies on Hopper where K = V = 128 and W is a multiple of the 64-beam tile (`ws_shape_supports`; no partial
-tiles: the TMA boxes are 2-D over [R * W, H * D] views), and q, k, v are bf16 [R, W, H, D] rows, dense within a
-row and evenly spaced (also views into the model's conv output), out contiguous (`ws_layout_supports`). S_ctx is
+Applies on Hopper where K = 128, V is a multiple of 128 and W a multiple of the 64-beam tile (`ws_shape_supports`;
+no partial tiles: the TMA boxes are 2-D over [R * W, H * D] views). A value head of V > 128 runs as V / 128 chunks
+of 128 value columns (stop 30), each with its own tiles as if it were a value head: its own S rows, v, delta and o
+columns; the key axis (q, k, the ancestral k-hat rows and their dots) is the same for every chunk and formed again
+by each, and chunk 0 alone writes the alpha_t / k-hat_t records and the ancestry rows. q, k, v must be bf16
+[R, W, H, D] rows, dense within a row and evenly spaced (also views into the model's conv output), out contiguous
+(`ws_layout_supports`). S_ctx is
 read as its bf16 rounding -- the `s_lo: none` projection the K = 128 Triton default uses too -- from a copy made
 at reset (the stepper keeps the fp32 state for the Triton fallback). The interpreter does not run Gluon: its
 correctness tests are GPU tests; CI compiles it for sm_90a through `kernels.inspect`.
@@ -61,40 +65,50 @@ def _rec(t, r, h, b, R, H, W):
 
 @gluon.jit
 def _tiles(NT, W, BB: gl.constexpr):
-    """This program's contiguous range of beam tiles (tile = (r * HV + hv) * W / BB + beam tile)."""
+    """This program's contiguous range of beam tiles (`_coords` numbers them)."""
     pid = gl.program_id(0)
     n_prog = gl.num_programs(0)
     return pid * NT // n_prog, (pid + 1) * NT // n_prog, W // BB
 
 
 @gluon.jit
-def _issue_s_qk(tile, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc, k_desc, s_smem, q_smem, k_smem,
-                s_ready, s_empty, qk_ready, qk_empty, G: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-                BB: gl.constexpr):
-    """TMA loads of tile `tile`: its S tile when the (request, value head) changes, and its q, k rows."""
-    head = tile // NBT
-    r = head // HV
-    hk = (head % HV) // G
+def _coords(tile, NBT, HV, NVC: gl.constexpr):
+    """Tile `tile`'s (value chunk, (request, value head), request, value head, chunk): tiles run over
+    ((r * HV + hv) * NVC + c) * W / BB + beam tile, chunk c holding value columns [c * 128, (c + 1) * 128) of the
+    value head (NVC = V / 128; at V = 128 one chunk, and the divisions fold away)."""
+    vh = tile // NBT
+    head = vh // NVC
+    return vh, head, head // HV, head % HV, vh % NVC
+
+
+@gluon.jit
+def _issue_s_qk(tile, prev_vh, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc, k_desc, s_smem, q_smem, k_smem,
+                s_ready, s_empty, qk_ready, qk_empty, G: gl.constexpr, K: gl.constexpr, VC: gl.constexpr,
+                NVC: gl.constexpr, BB: gl.constexpr):
+    """TMA loads of tile `tile`: its S tile ([VC, K] rows of its value chunk) when the (request, value head,
+    chunk) changes, and its q, k rows."""
+    vh, head, r, hv, ch = _coords(tile, NBT, HV, NVC)
+    hk = hv // G
     b0 = (tile % NBT) * BB
-    if head != prev_head:
+    if vh != prev_vh:
         mbarrier.wait(s_empty, (s_cnt & 1) ^ 1)
         mbarrier.expect(s_ready, s_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(s_desc, [head * V, 0], s_ready, s_smem)
+        tma.async_copy_global_to_shared(s_desc, [vh * VC, 0], s_ready, s_smem)
         s_cnt += 1
     st = qk_cnt % 2
     mbarrier.wait(qk_empty.index(st), ((qk_cnt // 2) & 1) ^ 1)
     mbarrier.expect(qk_ready.index(st), 2 * q_desc.block_type.nbytes)
     tma.async_copy_global_to_shared(q_desc, [r * W + b0, hk * K], qk_ready.index(st), q_smem.index(st))
     tma.async_copy_global_to_shared(k_desc, [r * W + b0, hk * K], qk_ready.index(st), k_smem.index(st))
-    return head, s_cnt, qk_cnt + 1
+    return vh, s_cnt, qk_cnt + 1
 
 
 @gluon.jit
 def _load_slots(anc_ptr, tile, tile1, NBT, W, HV, T_CAP, STEP: gl.constexpr, TP: gl.constexpr, BB: gl.constexpr,
-                sl: gl.constexpr):
+                NVC: gl.constexpr, sl: gl.constexpr):
     """The ancestry rows [BB, TP] of tile `tile` from this step's table (the prep kernel's; zeros past this
     program's last tile)."""
-    r = (tile // NBT) // HV
+    r = _coords(tile, NBT, HV, NVC)[2]
     rows = r * W + (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, sl))
     tcol = gl.arange(0, TP, layout=gl.SliceLayout(0, sl))
     return gl.load(anc_ptr + rows[:, None] * T_CAP + tcol[None, :], mask=(tcol[None, :] < STEP) & (tile < tile1),
@@ -102,22 +116,20 @@ def _load_slots(anc_ptr, tile, tile1, NBT, W, HV, T_CAP, STEP: gl.constexpr, TP:
 
 
 @gluon.jit
-def _par_rows(par_ptr, tile, tile1, NBT, W, HV, BB: gl.constexpr, layout: gl.constexpr):
+def _par_rows(par_ptr, tile, tile1, NBT, W, HV, BB: gl.constexpr, NVC: gl.constexpr, layout: gl.constexpr):
     """The parents of tile `tile`'s beams (zeros past this program's last tile), rows as in `layout`."""
-    head = tile // NBT
-    r = head // HV
+    r = _coords(tile, NBT, HV, NVC)[2]
     rows = r * W + (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, layout))
     return gl.load(par_ptr + rows, mask=tile < tile1, other=0)
 
 
 @gluon.jit
 def _anc_rows(anc_ptr, anc_next_ptr, par, tile, tile1, NBT, W, HV, T_CAP, STEP: gl.constexpr, NC: gl.constexpr,
-              BB: gl.constexpr, sl: gl.constexpr):
+              BB: gl.constexpr, NVC: gl.constexpr, sl: gl.constexpr):
     """Tile `tile`'s ancestry rows [BB, NC] from its parents `par` and the previous step's table, as the prep
     kernel builds them (h_t(b, j) = h_{t-1}(parent(b), j) for j < t - 1, h_t(b, t - 1) = parent(b)); value head
-    0 writes them to the next table."""
-    head = tile // NBT
-    r = head // HV
+    0's chunk 0 writes them to the next table."""
+    vh, head, r, hv, ch = _coords(tile, NBT, HV, NVC)
     rows = r * W + (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, sl))
     tcol = gl.arange(0, NC, layout=gl.SliceLayout(0, sl))
     live = tile < tile1
@@ -125,18 +137,16 @@ def _anc_rows(anc_ptr, anc_next_ptr, par, tile, tile1, NBT, W, HV, T_CAP, STEP: 
                   other=0)
     slots = gl.where(tcol[None, :] == STEP - 1, par[:, None], anc)
     gl.store(anc_next_ptr + rows[:, None] * T_CAP + tcol[None, :], slots,
-             mask=(tcol[None, :] < STEP) & live & (head % HV == 0))
+             mask=(tcol[None, :] < STEP) & live & (vh % (HV * NVC) == 0))
     return slots
 
 
 @gluon.jit
 def _key_loads(tile, tile1, slots, alpha_ptr, g_ptr, R, W, HV, NBT, STEP: gl.constexpr, TPC: gl.constexpr,
-               BB: gl.constexpr, pl: gl.constexpr):
+               BB: gl.constexpr, NVC: gl.constexpr, pl: gl.constexpr):
     """The ancestral alphas [BB, TPC] of tile `tile` (ancestry rows `slots`, layout `pl`) and its gates: the loads
     `_key_scalars` needs, issued a tile ahead (zeros past this program's last tile)."""
-    head = tile // NBT
-    r = head // HV
-    hv = head % HV
+    vh, head, r, hv, ch = _coords(tile, NBT, HV, NVC)
     offs_b = (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, pl))
     tcol = gl.arange(0, TPC, layout=gl.SliceLayout(0, pl))
     live = tile < tile1
@@ -148,18 +158,19 @@ def _key_loads(tile, tile1, slots, alpha_ptr, g_ptr, R, W, HV, NBT, STEP: gl.con
 
 @gluon.jit
 def _key_scalars(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, R, W, HV, NBT, STEP: gl.constexpr,
-                 TPC: gl.constexpr, BB: gl.constexpr, pl: gl.constexpr):
+                 TPC: gl.constexpr, BB: gl.constexpr, NVC: gl.constexpr, pl: gl.constexpr):
     """FUSE: tile `tile`'s per-beam scalars as the prep kernel forms them, from its ancestral alphas and gates
     (`_key_loads`, a tile earlier) -- alpha_t = exp(g) (its record written) and the replay's alpha products
     c_j = alpha_t prod_{i > j} alpha_i (row j < STEP of the aux tile) and P = c_{-1} (row STEP) -- into the aux
-    stage the consumer reads."""
-    head = tile // NBT
-    r = head // HV
-    hv = head % HV
+    stage the consumer reads (chunk 0 writes the record)."""
+    vh, head, r, hv, ch = _coords(tile, NBT, HV, NVC)
     offs_b = (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, pl))
     tcol = gl.arange(0, TPC, layout=gl.SliceLayout(0, pl))
     alpha_t = gl.exp(gv)
-    gl.store(alpha_ptr + _rec(STEP, r, hv, offs_b, R, HV, W), alpha_t)
+    if NVC == 1:
+        gl.store(alpha_ptr + _rec(STEP, r, hv, offs_b, R, HV, W), alpha_t)
+    else:
+        gl.store(alpha_ptr + _rec(STEP, r, hv, offs_b, R, HV, W), alpha_t, mask=offs_b < W * (ch == 0))
     c = alpha_t
     coef = gl.zeros([BB, TPC], gl.float32, pl)
     for jj in gl.static_range(STEP):
@@ -178,7 +189,7 @@ def _key_scalars(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, 
 
 @gluon.jit
 def _ring_put(ptrs, ring, ring_ready, ring_empty, cnt, NR: gl.constexpr):
-    """cp.async one [BB, V] tile into the next ring entry; its ready barrier fires when every producer thread's
+    """cp.async one [BB, 128] tile into the next ring entry; its ready barrier fires when every producer thread's
     copies have landed (noinc arrive: the barrier counts the producer's threads)."""
     e = cnt % NR
     mbarrier.wait(ring_empty.index(e), ((cnt // NR) & 1) ^ 1)
@@ -191,8 +202,9 @@ def _ring_put(ptrs, ring, ring_ready, ring_empty, cnt, NR: gl.constexpr):
 def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready, qk_empty,
               ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
               khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
-              G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, BB: gl.constexpr,
-              NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr):
+              G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, NVC: gl.constexpr,
+              BB: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr,
+              FUSE: gl.constexpr):
     """Every load of the program, in the order the consumer uses them: a tile's ring entries, then the next
     tile's q, k (and S) -- after, not before, this tile's gathers and v (stop 28: 2.0 / 0.7 % off R=4 O=7 / O=3;
     q, k a tile further ahead cost 2-7 %), which also lets a next tile of a new head load its S (waiting for this
@@ -206,30 +218,30 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
     sl: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [PWARPS, 1], [1, 0])   # rows as in `gat`
     pl: gl.constexpr = gl.BlockedLayout([1, TPC], [32, 1], [PWARPS, 1], [1, 0])   # a beam's row in one thread
     row_l: gl.constexpr = gl.SliceLayout(1, gat)
-    cols = gl.arange(0, V, layout=gl.SliceLayout(0, gat))
+    VC: gl.constexpr = V // NVC       # a tile's value columns (128)
+    cols = gl.arange(0, VC, layout=gl.SliceLayout(0, gat))
     tcol = gl.arange(0, TP, layout=gl.SliceLayout(0, sl))
     tile0, tile1, NBT = _tiles(NT, W, BB)
     zero = tile0 * 0                # int32 counters (a literal 0 would be a constexpr)
-    prev_head, s_cnt, qk_cnt = _issue_s_qk(tile0, zero - 1, zero, zero, NBT, W, HV, s_desc, q_desc, k_desc, s_smem,
-                                           q_smem, k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, V, BB)
+    prev_vh, s_cnt, qk_cnt = _issue_s_qk(tile0, zero - 1, zero, zero, NBT, W, HV, s_desc, q_desc, k_desc, s_smem,
+                                         q_smem, k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, VC, NVC, BB)
     if FUSE:        # the parents are this step's input, as q and k are: read before the wait (stop 25)
-        par0 = _par_rows(par_ptr, tile0, tile1, NBT, W, HV, BB, sl)
-        par_n = _par_rows(par_ptr, tile0 + 1, tile1, NBT, W, HV, BB, pl)     # one beam per thread
+        par0 = _par_rows(par_ptr, tile0, tile1, NBT, W, HV, BB, NVC, sl)
+        par_n = _par_rows(par_ptr, tile0 + 1, tile1, NBT, W, HV, BB, NVC, pl)     # one beam per thread
     _gdc_wait()     # the prep kernel's ancestry rows and every earlier step's records are written
     if FUSE:        # TP == TPC here (ws_launch_params)
-        slots = _anc_rows(anc_ptr, anc_next_ptr, par0, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl)
+        slots = _anc_rows(anc_ptr, anc_next_ptr, par0, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, NVC, sl)
         alphas, gv = _key_loads(tile0, tile1, gl.convert_layout(slots, pl), alpha_ptr, g_ptr, R, W, HV, NBT, STEP,
-                                TPC, BB, pl)
+                                TPC, BB, NVC, pl)
     else:
-        slots = _load_slots(anc_ptr, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl)
+        slots = _load_slots(anc_ptr, tile0, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, NVC, sl)
     a_cnt = zero
     cnt = 0
     for tile in range(tile0, tile1):
         if not FUSE:
-            slots_next = _load_slots(anc_ptr, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, sl)
-        head = tile // NBT
-        r = head // HV
-        hv = head % HV
+            slots_next = _load_slots(anc_ptr, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB, NVC, sl)
+        vh, head, r, hv, ch = _coords(tile, NBT, HV, NVC)
+        ccols = cols + ch * VC      # this chunk's value columns
         offs_b = (tile % NBT) * BB + gl.arange(0, BB, layout=row_l)
         if FUSE:                    # the ancestral k-hat rows first: the consumer forms every coefficient first
             for j in gl.static_range(STEP):
@@ -240,24 +252,24 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
             # the next tile's ancestry rows (its parents landed during the gathers), then this tile's products
             par_sl = gl.convert_layout(par_n, gl.SliceLayout(1, sl))
             slots_next = _anc_rows(anc_ptr, anc_next_ptr, par_sl, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB,
-                                   sl)
+                                   NVC, sl)
             a_cnt = _key_scalars(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, R, W, HV, NBT, STEP,
-                                 TPC, BB, pl)
+                                 TPC, BB, NVC, pl)
         for j in gl.static_range(STEP):
             slot = gl.convert_layout(gl.sum(gl.where(tcol[None, :] == j, slots, 0), axis=1), row_l)
-            ptrs = delta_ptr + (_rec(j, r, hv, slot, R, HV, W).to(gl.int64) * V)[:, None] + cols[None, :]
+            ptrs = delta_ptr + (_rec(j, r, hv, slot, R, HV, W).to(gl.int64) * V)[:, None] + ccols[None, :]
             cnt = _ring_put(ptrs, ring, ring_ready, ring_empty, cnt, NR)
         if FUSE:                    # the next tile's alphas and gates (its ancestry rows landed meanwhile)
             alphas, gv = _key_loads(tile + 1, tile1, gl.convert_layout(slots_next, pl), alpha_ptr, g_ptr, R, W, HV,
-                                    NBT, STEP, TPC, BB, pl)
-        vptrs = v_ptr + (r * sv_r + offs_b * sv_w + hv * sv_h).to(gl.int64)[:, None] + cols[None, :]
+                                    NBT, STEP, TPC, BB, NVC, pl)
+        vptrs = v_ptr + (r * sv_r + offs_b * sv_w + hv * sv_h).to(gl.int64)[:, None] + ccols[None, :]
         cnt = _ring_put(vptrs, ring, ring_ready, ring_empty, cnt, NR)
         if FUSE:
-            par_n = _par_rows(par_ptr, tile + 2, tile1, NBT, W, HV, BB, pl)
+            par_n = _par_rows(par_ptr, tile + 2, tile1, NBT, W, HV, BB, NVC, pl)
         if tile + 1 < tile1:        # the next tile's q, k, once this tile's ring entries are out
-            prev_head, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_head, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
-                                                   k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
-                                                   qk_empty, G, K, V, BB)
+            prev_vh, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_vh, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
+                                                 k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
+                                                 qk_empty, G, K, VC, NVC, BB)
         slots = slots_next
 
 
@@ -277,12 +289,14 @@ def _ring_take(ring, ring_ready, ring_empty, cnt, mma: gl.constexpr, NR: gl.cons
 def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready, qk_empty,
               ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr, beta_ptr,
               R, W, HV, NT, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-              BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr, KH_OWN: gl.constexpr):
+              NVC: gl.constexpr, BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr,
+              KH_OWN: gl.constexpr):
     """Projections, replay, delta_t and o_t of every tile of the program (the default partition: two
-    warpgroups, each owning half of the V columns). The replay's coefficients come from the prep kernel's
+    warpgroups, each owning half of the tile's value columns). The replay's coefficients come from the prep kernel's
     table, or with FUSE from this tile's q, k rows (norms, k-hat_j . q-hat and k-hat_j . k-hat against the
     ancestral k-hat rows from the ring) and the producer's alpha products; FUSE also stores the k-hat_t record."""
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, V // 2, 16])
+    VC: gl.constexpr = V // NVC
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, VC // 2, 16])
     row_l: gl.constexpr = gl.SliceLayout(1, mma)
     # FUSE's key-axis norms and dots with whole rows in each warp: sums by shuffles, no cross-warp exchange
     # through shared memory (in `mma` each row is split over both warpgroups; stop 24: 0.3-3.4 %)
@@ -291,13 +305,12 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
     plane = R * HV * W
     cnt = 0
     s_cnt = 0
-    prev_head = -1
+    prev_vh = -1
     _gdc_wait()     # the prep kernel's coefficients (or the previous step's records) are written
     for i in range(tile1 - tile0):
         tile = tile0 + i
-        head = tile // NBT
-        r = head // HV
-        hv = head % HV
+        vh, head, r, hv, ch = _coords(tile, NBT, HV, NVC)
+        kh_tile = (hv % G == 0) & (ch == 0)    # FUSE: this tile writes key head hv / G's k-hat_t record
         b0 = (tile % NBT) * BB
         offs_b = b0 + gl.arange(0, BB, layout=row_l)
         cbase = coef_ptr + head * W + offs_b
@@ -306,10 +319,10 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
             c_q = gl.load(cbase)
             c_k = gl.load(cbase + plane)
             kq_t = gl.load(cbase + 2 * plane)
-        if head != prev_head:
+        if vh != prev_vh:
             mbarrier.wait(s_ready, s_cnt & 1)
             s_cnt += 1
-        prev_head = head
+        prev_vh = vh
         st = i % 2
         mbarrier.wait(qk_ready.index(st), (i // 2) & 1)
         if FUSE:                    # the key axis first, so its registers are free before the accumulators live
@@ -318,7 +331,7 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
             inv_q = gl.rsqrt(gl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)
             inv_k = gl.rsqrt(gl.sum(kf * kf, axis=1) + 1e-6)
             kq_t = gl.sum(qf * kf, axis=1) * inv_q * inv_k
-            if hv % G == 0:         # the k-hat_t record of key head hv / G, once per key head
+            if kh_tile:             # the k-hat_t record of key head hv / G, once per key head
                 if KH_OWN:          # its own buffer: the last k-hat store has read it (o, delta may be in flight)
                     tma.store_wait(2)
                 else:               # shared with delta_t: every earlier store has read it
@@ -340,13 +353,13 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
             inv_k = keys.index(1).load(row_l)
             kq_t = keys.index(2).load(row_l)
         s_t = s_smem.permute((1, 0))
-        zero = gl.zeros([BB, V], gl.float32, mma)
+        zero = gl.zeros([BB, VC], gl.float32, mma)
         u_q = warpgroup_mma(q_smem.index(st), s_t, zero, use_acc=False, is_async=True)
         u_k = warpgroup_mma(k_smem.index(st), s_t, zero, use_acc=False, is_async=True)
         u_q, u_k = warpgroup_mma_wait(0, deps=[u_q, u_k])
         gl.thread_barrier()
         mbarrier.arrive(qk_empty.index(st), count=1)
-        last_of_head = (tile + 1 == tile1) | ((tile + 1) // NBT != head)
+        last_of_head = (tile + 1 == tile1) | ((tile + 1) // NBT != vh)
         mbarrier.arrive(s_empty, count=1, pred=last_of_head)
         if FUSE:                    # the producer's alpha products of this tile (rows j < STEP: c_j, STEP: P)
             mbarrier.wait(aux_ready.index(st), (i // 2) & 1)
@@ -377,7 +390,7 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
         delta = beta[:, None] * (v - u_k)
         o = u_q + delta * kq_t[:, None]
         if KH_OWN:                  # the previous tile's o / delta stores have read o_smem / d_smem; this
-            if hv % G == 0:         # tile's k-hat_t store (the newest) may still be reading kh_smem
+            if kh_tile:             # tile's k-hat_t store (the newest) may still be reading kh_smem
                 tma.store_wait(1)
             else:
                 tma.store_wait(0)
@@ -388,8 +401,8 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
         d_smem.store(delta.to(d_smem.dtype))
         fence_async_shared()
         gl.thread_barrier()
-        tma.async_copy_shared_to_global(out_desc, [r * W + b0, hv * V], o_smem)
-        tma.async_copy_shared_to_global(dst_desc, [_rec(STEP, 0, head, b0, R, HV, W), 0], d_smem)  # head = r HV + hv
+        tma.async_copy_shared_to_global(out_desc, [r * W + b0, hv * V + ch * VC], o_smem)
+        tma.async_copy_shared_to_global(dst_desc, [_rec(STEP, 0, head, b0, R, HV, W), ch * VC], d_smem)  # r HV + hv
     tma.store_wait(0)
 
 
@@ -400,7 +413,7 @@ def _onela_main_ws_kernel(
     R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
     K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
     TPC: gl.constexpr, PWARPS: gl.constexpr, PREGS: gl.constexpr, PDL_NEXT: gl.constexpr, FUSE: gl.constexpr,
-    KH_OWN: gl.constexpr,
+    KH_OWN: gl.constexpr, NVC: gl.constexpr,
 ):
     """Step STEP (>= 1) of the main kernel -- with FUSE the whole step, the prep kernel's work included; a
     persistent program per SM over a contiguous range of beam tiles. anc_ptr is this step's ancestry table,
@@ -408,14 +421,15 @@ def _onela_main_ws_kernel(
     if PDL_NEXT:
         _gdc_launch_dependents()    # the next launch may start its S, q, k loads meanwhile
     BB: gl.constexpr = _BB
-    s_smem = gl.allocate_shared_memory(gl.bfloat16, [V, K], s_desc.layout)
+    VC: gl.constexpr = V // NVC     # a tile's value columns: V in NVC chunks of 128, each a "value head" of its own
+    s_smem = gl.allocate_shared_memory(gl.bfloat16, [VC, K], s_desc.layout)
     q_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, K], q_desc.layout)
     k_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, K], q_desc.layout)
-    ring = gl.allocate_shared_memory(gl.bfloat16, [NR, BB, V], dst_desc.layout)
+    ring = gl.allocate_shared_memory(gl.bfloat16, [NR, BB, VC], dst_desc.layout)
     aux = gl.allocate_shared_memory(gl.float32, [6 * TPC, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     keys = gl.allocate_shared_memory(gl.float32, [3, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
-    o_smem = gl.allocate_shared_memory(out_desc.dtype, [BB, V], out_desc.layout)
-    d_smem = gl.allocate_shared_memory(gl.bfloat16, [BB, V], dst_desc.layout)
+    o_smem = gl.allocate_shared_memory(out_desc.dtype, [BB, VC], out_desc.layout)
+    d_smem = gl.allocate_shared_memory(gl.bfloat16, [BB, VC], dst_desc.layout)
     if KH_OWN:      # FUSE's k-hat_t record through a buffer of its own: one wait for the TMA store engine per tile
         kh_smem = gl.allocate_shared_memory(gl.bfloat16, [BB, K], dst_desc.layout)
     else:           # ... or through d_smem: each tile's k-hat_t store is waited for before its delta_t is written
@@ -441,11 +455,11 @@ def _onela_main_ws_kernel(
     gl.warp_specialize([
         (_consumer, (s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr,
-                     beta_ptr, R, W, HV, NT, G, STEP, K, V, BB, NR, TPC, FUSE, KH_OWN)),
+                     beta_ptr, R, W, HV, NT, G, STEP, K, V, NVC, BB, NR, TPC, FUSE, KH_OWN)),
         (_producer, (s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready,
                      qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr,
                      alpha_ptr, g_ptr, khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
-                     G, STEP, K, V, BB, NR, TP, TPC, PWARPS, FUSE)),
+                     G, STEP, K, V, NVC, BB, NR, TP, TPC, PWARPS, FUSE)),
     ], [PWARPS], [PREGS])
 
 
@@ -455,8 +469,8 @@ def ws_shape_supports(geo, W: int, device=None) -> str | None:
     device = None if device is None else torch.device(device)
     if device is not None and (device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9):
         return f"ws: needs a Hopper GPU (wgmma, TMA), not {device}"
-    if geo.k != 128 or geo.v != 128:
-        return f"ws: K={geo.k}, V={geo.v} (needs 128, 128)"
+    if geo.k != 128 or geo.v % 128:
+        return f"ws: K={geo.k}, V={geo.v} (needs K = 128 and V a multiple of 128)"
     if W % BB_TILE:
         return f"ws: W={W} not a multiple of {BB_TILE}"
     return None
@@ -500,13 +514,14 @@ def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: in
     """(grid, constexpr arguments and launch options) of step t's warp-specialised kernel: one place for
     `launch_ws` and `kernels.inspect`."""
     pow2 = lambda x: 1 << (x - 1).bit_length()      # noqa: E731
-    nt = R * geo.hv * (W // BB_TILE)
+    nvc = geo.v // 128                  # value chunks of 128 columns, each its own tiles
+    nt = R * geo.hv * nvc * (W // BB_TILE)
     fuse = mode == "step"
     tpc = max(2, pow2(t + 1))
     kh_own = fuse and t <= cfg["ws_kh_own_upto"]   # a k-hat_t buffer of its own takes one ring entry's 16 KB
     const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or (4 if kh_own else 5), KH_OWN=kh_own,
                  TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
-                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse)
+                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse, NVC=nvc)
     return (_ws_programs(nt, W // BB_TILE, n_sm, t <= cfg["ws_even_upto"]),), {**const, "num_warps": 8,
                                                                                 "maxnreg": cfg["ws_maxnreg"]}
 
@@ -528,12 +543,14 @@ def launch_ws(st, q, k, v, g, beta, parents, anc_prev, anc_cur, out, grid, const
     rows = R * W
     q_desc = _desc(q.as_strided((rows, geo.hk * geo.k), (q.stride(1), 1)), [BB_TILE, geo.k])
     k_desc = _desc(k.as_strided((rows, geo.hk * geo.k), (k.stride(1), 1)), [BB_TILE, geo.k])
-    s_desc = _desc(st.s_bf16.view(R * geo.hv * geo.v, geo.k), [geo.v, geo.k])
-    out_desc = _desc(out.view(rows, geo.hv * geo.v), [BB_TILE, geo.v])
+    vc = geo.v // const["NVC"]          # a tile's value columns
+    s_desc = _desc(st.s_bf16.view(R * geo.hv * geo.v, geo.k), [vc, geo.k])
+    out_desc = _desc(out.view(rows, geo.hv * geo.v), [BB_TILE, vc])
     # the records as rows in memory order ([T, R, H, W] rows, GtrStore): a tile's delta_t / k-hat_t is one 16 KB box
-    dst_desc = _desc(st.store.delta.transpose(2, 3).view(-1, geo.v), [BB_TILE, geo.v])
+    dst_desc = _desc(st.store.delta.transpose(2, 3).view(-1, geo.v), [BB_TILE, vc])
     khat_desc = _desc(st.store.khat.transpose(2, 3).view(-1, geo.k), [BB_TILE, geo.k])
     return _onela_main_ws_kernel[grid](
         q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_prev if const["FUSE"] else anc_cur, parents,
         anc_cur, st.store.alpha, g, st.store.khat, st.coef, beta, st.store.delta, v,
-        R, W, geo.hv, st.T, R * geo.hv * (W // BB_TILE), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
+        R, W, geo.hv, st.T, R * geo.hv * const["NVC"] * (W // BB_TILE), v.stride(0), v.stride(1), v.stride(2),
+        **const, **opts)

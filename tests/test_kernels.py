@@ -363,14 +363,16 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T, ws):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,R,W,T", [("qwen3_5_0_8b", 4, 512, 6), ("qwen3_5_9b", 3, 192, 5),
-                                        ("qwen3_5_397b", 2, 64, 4), ("kimi_linear", 1, 128, 6)])
+                                        ("qwen3_5_397b", 2, 64, 4), ("kimi_linear", 1, 128, 6),
+                                        ("gdn_small", 3, 192, 6), ("range_hk4_hv16", 2, 128, 5)])
 def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     """The warp-specialised Gluon kernel (config ws, kernels/onela_ws.py) in each mode -- after the prep kernel,
     the whole step, every step -- passes the FP32 FullState gate, writes the Triton kernels' ancestry exactly and
     their GTRs to within bf16 rounding (the one-launch modes form the norms and dots in another order), and its
     captured graph (PDL launches) replays bit for bit. The interpreter cannot run Gluon: this is its correctness
-    test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share key heads. A k-hat_t
-    buffer of its own (config ws_kh_own_upto) writes the same bits as the shared one."""
+    test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share key heads; V = 256
+    (gdn_small, range_hk4_hv16) runs each value head as two 128-column chunks (stop 30). A k-hat_t buffer of its
+    own (config ws_kh_own_upto) writes the same bits as the shared one."""
     wl = make_workload(name, R, W, T, lineage="beam", seed=5, device="cuda")
     ref = fullstate_decode(wl)
     base, _ = _graph_replays({"ws": "off"}, wl, 1)      # the Triton kernels (ws is the default since stop 23)
