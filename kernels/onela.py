@@ -470,14 +470,15 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     kernel's step-0 work -- 1.2-6.0 % faster at the four Qwen3.5-0.8B cells in one run; with G = 4 (qwen3_5_397b,
     range_hk4_hv16) the operator rows ran up to 7 % slower than two launches', so G > 2 keeps them
     (kernels/NOTES.md).
-    ws (stop 23, K = V = 128; kernels/onela_ws.py): the warp-specialised Gluon kernel on Hopper wherever it applies
-    (W a multiple of 64, bf16 [R, W, H, D] rows; elsewhere the Triton kernels above run) -- "all", one launch per
-    step, at G <= 2: 0.72-0.82x the Triton kernels' time at the four Qwen3.5-0.8B cells in one run (stop 25,
-    bench_ba9ec0e.log; its producer issues the next tile's dependent key loads early and the first parents before
-    the grid-dependency wait, its consumer sums the key axis within warps and loops over the depths at run time);
-    "main"
-    (after the Triton prep kernel) at G > 2, where the one-launch kernel would gather each key head's k-hat rows
-    G times: 0.88-0.96x at qwen3_5_397b R=4 and R=16 O=7, 1.016x at R=16 O=3 (kernels/NOTES.md). Its ring of
+    ws (stop 23 at K = V = 128; since stop 30 K = 128 with V a multiple of 128, each value head as chunks of 128
+    columns; kernels/onela_ws.py): the warp-specialised Gluon kernel on Hopper wherever it applies (W a multiple of
+    64, bf16 [R, W, H, D] rows; elsewhere the Triton kernels above run) -- "all", one launch per step, at G <= 2:
+    0.72-0.82x the Triton kernels' time at the four Qwen3.5-0.8B cells in one run (stop 25, bench_ba9ec0e.log; its
+    producer issues the next tile's dependent key loads early and the first parents before the grid-dependency
+    wait, its consumer sums the key axis within warps and loops over the depths at run time), 0.79-0.93x at
+    gdn_small (V = 256) R=4 / R=16 W=512 (stop 30); "main" (after the Triton prep kernel) at G > 2, where the
+    one-launch kernel would gather each key head's k-hat rows G times: 0.88-0.96x at qwen3_5_397b R=4 and R=16
+    O=7, 1.016x at R=16 O=3, 0.86-0.95x at range_hk4_hv16 (V = 256; stop 30) (kernels/NOTES.md). Its ring of
     gathered rows takes ws_ring entries (None: 5, what shared memory allows; 4 timed -0.7 to +2.4 %, 3 0-3 %
     slower), the producer warpgroup ws_regs registers (88: no spills at step 5), the launch ws_maxnreg (168 x 12
     warps fills the register file of one SM). ws_kh_own_upto (stop 28, adopted as 1 at stop 29): at steps <= it
@@ -502,7 +503,8 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "beam_iters": iters, "loop_stages": 1, "loop_max_step": None, "replay_stages": 3,
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
-            "fuse_step0": bk == K and G <= 2, "ws": ("all" if G <= 2 else "main") if K == V == 128 else "off",
+            "fuse_step0": bk == K and G <= 2,
+            "ws": ("all" if G <= 2 else "main") if K == 128 and V % 128 == 0 else "off",
             "ws_ring": None, "ws_kh_own_upto": 1, "ws_even_upto": -1, "ws_regs": 88, "ws_maxnreg": 168}
 
 

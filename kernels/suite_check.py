@@ -1,7 +1,7 @@
 """Correctness of the `onela` path's default over the operator suite's shapes, no timing:
 `python -m kernels.suite_check [--geometry G ...]`.
 
-The GPU check of a kernel change before its timed sweep: for each geometry (default: the K = V = 128 ones, where
+The GPU check of a kernel change before its timed sweep: for each geometry (default: the K = 128 ones, where
 the warp-specialised kernel runs) x R {4, 8, 16} x W {128, 256, 512} x T {2..6} -- the suite's shapes -- it runs
 the sweep's gate (`artifact.measure.check_and_time`: graph-captured decode, poisoned output, max |o - o_ref|
 against FP32 FullState <= 4.88e-4) and prints one line per shape with the kernels that ran and the worst error
@@ -21,7 +21,7 @@ from artifact.reference import fullstate_decode
 from artifact.workload import make_workload
 from kernels.bench import _ConfiguredOneLA
 
-K128 = ["qwen3_5_0_8b", "kimi_linear", "qwen3_5_9b", "qwen3_5_27b", "qwen3_5_397b"]
+K128 = ["qwen3_5_0_8b", "kimi_linear", "qwen3_5_9b", "qwen3_5_27b", "qwen3_5_397b", "gdn_small", "range_hk4_hv16"]
 
 
 def main(argv=None) -> int:
