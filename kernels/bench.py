@@ -138,7 +138,7 @@ def _label(cfg: dict, K: int) -> str:
     return text.strip(",")
 
 
-_WS_KEYS = ("ws", "ws_ring", "ws_kh_own_upto", "ws_even_upto", "ws_regs", "ws_maxnreg")     # labelled by name, in this order
+_WS_KEYS = ("ws", "ws_ring", "ws_kh_own_upto", "ws_even_upto", "ws_step_upto", "ws_regs", "ws_maxnreg")     # by name
 _LABELLED = {"BB_PREP", "prep_alpha_tile", "fused", "BB", "BV", "num_warps", "BK", "k_stages", "beam_iters",
              "loop_stages", "loop_max_step", "replay_stages", "pdl", "pdl_next_step", "qk_first", "s_lo",
              "fuse_step0", "prep_warps", *_WS_KEYS}

@@ -503,11 +503,12 @@ def ws_mode(cfg: dict, t: int, has_prep: bool) -> str | None:
     """Which warp-specialised launch step t runs under config `cfg` ("main" after the prep kernel, "step" the
     whole step), or None for the Triton kernels. `has_prep`: the Triton launch plan of step t has a prep kernel
     (not step 0 under fuse_step0, which "all" takes over too). Whether shape and inputs allow it is
-    `ws_shape_supports` / `ws_layout_supports`'s to say."""
+    `ws_shape_supports` / `ws_layout_supports`'s to say. Config ws "main" runs steps <= `ws_step_upto` as "step"
+    (the one-launch kernel while the replay is shallow; stop 30)."""
     ws = cfg["ws"]
     if ws == "off" or not (has_prep or ws == "all"):
         return None
-    return "main" if ws == "main" else "step"
+    return "main" if ws == "main" and t > cfg["ws_step_upto"] else "step"
 
 
 def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: int) -> tuple[tuple, dict]:

@@ -394,6 +394,12 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
             assert all(torch.equal(o, replays[0]) for o in replays2), (mode, upto)
             assert torch.equal(st2.anc, st.anc) and all(
                 torch.equal(a, b) for a, b in zip(st2.store.tensors(), st.store.tensors())), (mode, upto)
+    # ws_step_upto (stop 30; where "main" is the default, G > 2): steps 0-1 in one launch pass the gate and are
+    # "all"'s bit for bit (the same kernel on the same inputs); the later steps run "main" on those records
+    if wl.geometry.group > 2:
+        st3, replays3 = _graph_replays({"ws": "main", "ws_step_upto": 1}, wl, 2)
+        assert max_abs_err(replays3[0], ref) <= DEFAULT_TOLERANCE and torch.equal(replays3[0], replays3[1])
+        assert torch.equal(replays3[0][:2], replays[0][:2]) and torch.equal(st3.anc, st.anc)
 
 
 def _as_conv_split(q, k, v):
@@ -421,6 +427,20 @@ def test_ws_even_grid_is_head_aligned_and_never_wider():
         for t in (0, 1, 5):
             grid = ws_launch_params({**cfg, "ws_even_upto": 1}, geo, R, 512, t, "step", 132)[0]
             assert grid == ((want,) if t <= 1 else (132,)), (R, t, grid)
+
+
+def test_ws_step_upto_runs_the_shallow_steps_in_one_launch():
+    """Config ws_step_upto (stop 30): where ws is "main" (G > 2: the prep kernel, then the ws kernel), steps <= it
+    launch the one-launch kernel alone; the other steps, and every step at its default -1, keep both launches."""
+    from kernels.onela import launch_config, step_launches
+    geo = GEOMETRIES["qwen3_5_397b"]
+    cfg = launch_config(geo.k, geo.v, 512, 4, geo.hv, 132, geo.group)
+    assert cfg["ws"] == "main"
+    for upto, one_launch in ((-1, ()), (1, (0, 1)), (5, range(6))):
+        for t in range(6):
+            launches = step_launches({**cfg, "ws_step_upto": upto}, geo, 4, 512, t, interpret=False, ws_ok=True)
+            assert sorted(launches) == (["ws"] if t in one_launch else ["prep", "ws"]), (upto, t)
+            assert launches["ws"][1]["FUSE"] == (t in one_launch), (upto, t)
 
 
 def test_ws_takes_the_models_conv_split_and_rejects_other_layouts():
