@@ -489,9 +489,10 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     the most programs <= one per SM that split the beam tiles evenly into head-aligned ranges (R=4 W=512: 128
     programs x 4 tiles instead of 132 x 3-4); -1: never. At every step it was -1.3 / +0.6 / -3.3 / -1.9 % at R=4 O=3
     / R=4 O=7 / R=16 O=3 / R=16 O=7 in one run, but +1.6 % at qwen3_5_397b R=4 O=3 ("main"); not adopted yet
-    (kernels/NOTES.md, stop 29 and "Next" 1). ws_step_upto (stop 30, to time): where ws is "main" (G > 2), steps
-    <= it run the one-launch kernel instead -- at range_hk4_hv16 (G = 4) "all" was 0.98x / 0.97x "main"'s time at
-    O=3 but 1.04x / 1.09x at O=7 (R=4 / R=16), so the one launch may pay while the replay is shallow; -1: never."""
+    (kernels/NOTES.md, stop 29 and "Next" 1). ws_step_upto (stop 30, default 1): where ws is "main" (G > 2), steps
+    <= it run the one-launch kernel instead, which pays while the replay is shallow: against -1 (never), same run,
+    R=4 O=7 / R=4 O=3 / R=16 O=7 / R=16 O=3, qwen3_5_397b -2.4 / -10.0 / -1.3 / -5.7 %, qwen3_5_27b -1.4 / -7.6 /
+    -1.8 / -7.4 %, range_hk4_hv16 +0.4 / -1.9 / -0.8 / -3.4 % (0, step 0 alone, less: kernels/NOTES.md)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = min(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 else 64
@@ -507,7 +508,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
             "fuse_step0": bk == K and G <= 2,
             "ws": ("all" if G <= 2 else "main") if K == 128 and V % 128 == 0 else "off",
-            "ws_ring": None, "ws_kh_own_upto": 1, "ws_even_upto": -1, "ws_step_upto": -1, "ws_regs": 88,
+            "ws_ring": None, "ws_kh_own_upto": 1, "ws_even_upto": -1, "ws_step_upto": 1, "ws_regs": 88,
             "ws_maxnreg": 168}
 
 
