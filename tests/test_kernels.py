@@ -376,8 +376,8 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     wl = make_workload(name, R, W, T, lineage="beam", seed=5, device="cuda")
     ref = fullstate_decode(wl)
     base, _ = _graph_replays({"ws": "off"}, wl, 1)      # the Triton kernels (ws is the default since stop 23)
-    for mode in ("main", "step", "all"):
-        st, replays = _graph_replays({"ws": mode}, wl, 4)
+    for mode in ("main", "step", "all"):    # "main" at every step (ws_step_upto -1; its default 1 is checked below)
+        st, replays = _graph_replays({"ws": mode, "ws_step_upto": -1}, wl, 4)
         assert f"ws_{mode}" in st.kernel_info, (mode, st.kernel_info)
         assert max_abs_err(replays[0], ref) <= DEFAULT_TOLERANCE, mode
         for o in replays[1:]:
@@ -390,7 +390,7 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
         # it at steps 0-1) changes when the stores are waited for, not what they write: never (-1) and at every
         # step (5) give the default's results bit for bit
         for upto in (-1, 5):
-            st2, replays2 = _graph_replays({"ws": mode, "ws_kh_own_upto": upto}, wl, 2)
+            st2, replays2 = _graph_replays({"ws": mode, "ws_step_upto": -1, "ws_kh_own_upto": upto}, wl, 2)
             assert all(torch.equal(o, replays[0]) for o in replays2), (mode, upto)
             assert torch.equal(st2.anc, st.anc) and all(
                 torch.equal(a, b) for a, b in zip(st2.store.tensors(), st.store.tensors())), (mode, upto)
