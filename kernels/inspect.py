@@ -32,7 +32,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from artifact.workload import get_geometry
 from kernels.onela import _onela_fused_kernel, _onela_main_kernel, _onela_prep_kernel, launch_config, step_launches
-from kernels.onela_ws import BB_TILE, _onela_main_ws_kernel, ws_shape_supports
+from kernels.onela_ws import BB_TILE, VC_TILE, _onela_main_ws_kernel, ws_shape_supports
 
 KERNELS = {"prep": _onela_prep_kernel, "main": _onela_main_kernel, "fused": _onela_fused_kernel,
            "ws": _onela_main_ws_kernel}
@@ -77,9 +77,8 @@ def compile_kernel(name: str, const: dict, opts: dict) -> dict:
         if arg in const:
             sig[arg] = "constexpr"
             continue
-        if arg.endswith("_desc"):       # the ws kernel's TMA descriptors: S tiles [V / NVC, K], the others [64, 128]
-            block = [const["V"] // const["NVC"], const["K"]] if arg == "s_desc" else [BB_TILE, const["K"]]
-            sig[arg] = _tensordesc(block)
+        if arg.endswith("_desc"):       # the ws kernel's TMA descriptors: S tiles [128, K], the others [64, 128]
+            sig[arg] = _tensordesc([VC_TILE, const["K"]] if arg == "s_desc" else [BB_TILE, const["K"]])
             continue
         sig[arg] = _PTR.get(arg, "i32")
         if arg != "T_CAP":

@@ -33,7 +33,8 @@ from triton.language.extra import cuda as tl_cuda
 from artifact.ancestry import build as build_ancestry
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
-from kernels.onela_ws import _rec, launch_ws, ws_launch_params, ws_layout_supports, ws_mode, ws_shape_supports
+from kernels.onela_ws import (VC_TILE, _rec, launch_ws, ws_launch_params, ws_layout_supports, ws_mode,
+                              ws_shape_supports)
 
 
 @triton.jit
@@ -507,7 +508,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
             "BB_PREP": 16, "prep_warps": 4, "fused": False, "pdl": 2 if iters > 1 else 1,
             "pdl_next_step": True, "qk_first": bk < K, "prep_alpha_tile": True, "s_lo": "none" if K <= 128 else "q",
             "fuse_step0": bk == K and G <= 2,
-            "ws": ("all" if G <= 2 else "main") if K == 128 and V % 128 == 0 else "off",
+            "ws": ("all" if G <= 2 else "main") if K == 128 and V % VC_TILE == 0 else "off",
             "ws_ring": None, "ws_kh_own_upto": 1, "ws_even_upto": -1, "ws_step_upto": 1, "ws_regs": 88,
             "ws_maxnreg": 168}
 

@@ -41,6 +41,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 BB_TILE = 64     # beams per tile (one wgmma M)
+VC_TILE = 128    # value columns per tile: a value head of V > 128 runs as V / VC_TILE chunks (stop 30)
 _BB = gl.constexpr(BB_TILE)
 
 
@@ -469,7 +470,7 @@ def ws_shape_supports(geo, W: int, device=None) -> str | None:
     device = None if device is None else torch.device(device)
     if device is not None and (device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9):
         return f"ws: needs a Hopper GPU (wgmma, TMA), not {device}"
-    if geo.k != 128 or geo.v % 128:
+    if geo.k != 128 or geo.v % VC_TILE:
         return f"ws: K={geo.k}, V={geo.v} (needs K = 128 and V a multiple of 128)"
     if W % BB_TILE:
         return f"ws: W={W} not a multiple of {BB_TILE}"
@@ -511,20 +512,23 @@ def ws_mode(cfg: dict, t: int, has_prep: bool) -> str | None:
     return "main" if ws == "main" and t > cfg["ws_step_upto"] else "step"
 
 
+def _ws_tiles(geo, R: int, W: int) -> int:
+    """Beam tiles of one step: (request, value head, value chunk, 64 beams)."""
+    return R * geo.hv * (geo.v // VC_TILE) * (W // BB_TILE)
+
+
 def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: int) -> tuple[tuple, dict]:
     """(grid, constexpr arguments and launch options) of step t's warp-specialised kernel: one place for
     `launch_ws` and `kernels.inspect`."""
     pow2 = lambda x: 1 << (x - 1).bit_length()      # noqa: E731
-    nvc = geo.v // 128                  # value chunks of 128 columns, each its own tiles
-    nt = R * geo.hv * nvc * (W // BB_TILE)
     fuse = mode == "step"
     tpc = max(2, pow2(t + 1))
     kh_own = fuse and t <= cfg["ws_kh_own_upto"]   # a k-hat_t buffer of its own takes one ring entry's 16 KB
     const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or (4 if kh_own else 5), KH_OWN=kh_own,
                  TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
-                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse, NVC=nvc)
-    return (_ws_programs(nt, W // BB_TILE, n_sm, t <= cfg["ws_even_upto"]),), {**const, "num_warps": 8,
-                                                                                "maxnreg": cfg["ws_maxnreg"]}
+                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse, NVC=geo.v // VC_TILE)
+    grid = (_ws_programs(_ws_tiles(geo, R, W), W // BB_TILE, n_sm, t <= cfg["ws_even_upto"]),)
+    return grid, {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
 
 
 def _ws_programs(nt: int, nbt: int, n_sm: int, even: bool) -> int:
@@ -544,14 +548,12 @@ def launch_ws(st, q, k, v, g, beta, parents, anc_prev, anc_cur, out, grid, const
     rows = R * W
     q_desc = _desc(q.as_strided((rows, geo.hk * geo.k), (q.stride(1), 1)), [BB_TILE, geo.k])
     k_desc = _desc(k.as_strided((rows, geo.hk * geo.k), (k.stride(1), 1)), [BB_TILE, geo.k])
-    vc = geo.v // const["NVC"]          # a tile's value columns
-    s_desc = _desc(st.s_bf16.view(R * geo.hv * geo.v, geo.k), [vc, geo.k])
-    out_desc = _desc(out.view(rows, geo.hv * geo.v), [BB_TILE, vc])
+    s_desc = _desc(st.s_bf16.view(R * geo.hv * geo.v, geo.k), [VC_TILE, geo.k])
+    out_desc = _desc(out.view(rows, geo.hv * geo.v), [BB_TILE, VC_TILE])
     # the records as rows in memory order ([T, R, H, W] rows, GtrStore): a tile's delta_t / k-hat_t is one 16 KB box
-    dst_desc = _desc(st.store.delta.transpose(2, 3).view(-1, geo.v), [BB_TILE, vc])
+    dst_desc = _desc(st.store.delta.transpose(2, 3).view(-1, geo.v), [BB_TILE, VC_TILE])
     khat_desc = _desc(st.store.khat.transpose(2, 3).view(-1, geo.k), [BB_TILE, geo.k])
     return _onela_main_ws_kernel[grid](
         q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_prev if const["FUSE"] else anc_cur, parents,
         anc_cur, st.store.alpha, g, st.store.khat, st.coef, beta, st.store.delta, v,
-        R, W, geo.hv, st.T, R * geo.hv * const["NVC"] * (W // BB_TILE), v.stride(0), v.stride(1), v.stride(2),
-        **const, **opts)
+        R, W, geo.hv, st.T, _ws_tiles(geo, R, W), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
