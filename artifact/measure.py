@@ -1,11 +1,11 @@
-"""One timer and one correctness gate for every cell (DESIGN §4).
+"""One correctness gate, then the timer, for every operator cell (docs/design.md §5).
 
 `check_and_time` captures a path's whole T-step `run` in a CUDA graph on *scrambled* static inputs, copies
 the real workload into those inputs, poisons the output, replays, and checks the replayed output against the
 FP32 FullState reference: a graph that skipped a kernel or baked in stale values fails here. Only a passing
-cell is timed (median and 20th/80th percentile of graph replays through `triton.testing.do_bench`, which
-flushes L2 before each replay). On a CPU the check runs eagerly and nothing is timed: CPU timings are not
-performance.
+cell is timed (artifact.timing.time_replay: median and 20th/80th percentile of graph replays timed by Triton's
+benchmark timer, which flushes L2 before each replay). On a CPU the check runs eagerly and nothing is timed:
+CPU timings are not performance.
 """
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from artifact.timing import EAGER_REPLAY, GRAPH_REPLAY, capture_graph, time_replay
 from artifact.workload import Workload
 
 DEFAULT_TOLERANCE = 4.88e-4   # the paper's max |o - o_fp32| over its 405 shapes (2^-11)
-TIMER = "cuda_graph_replay+triton.do_bench(median, L2 flushed, warmup={w}ms, rep={r}ms)"
 
 
 @dataclass
@@ -29,6 +29,7 @@ class CellResult:
     p20_ms: float = math.nan
     p80_ms: float = math.nan
     timer: str = ""
+    replays: int = 0                 # timed replays behind latency_ms / p20_ms / p80_ms
     persistent_bytes: int = 0
     written_bytes: int = 0
     extra: dict = field(default_factory=dict)
@@ -70,17 +71,8 @@ def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> float:
 
 
 def _capture(path, static: Workload):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(2):          # compile / autotune / first-touch outside the capture
-            path.run(static)
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        out = path.run(static)
-    return graph, out
+    """(graph, output) of a prepared path's whole run on `static`, after two warm-up runs."""
+    return capture_graph(lambda: path.run(static), warmup=2)
 
 
 def check_and_time(path, wl: Workload, ref: torch.Tensor, tolerance: float = DEFAULT_TOLERANCE,
@@ -110,12 +102,10 @@ def check_and_time(path, wl: Workload, ref: torch.Tensor, tolerance: float = DEF
         res.status, res.reason = "failed", f"max_abs_err {err:.3e} > tolerance {tolerance:.3e}"
         return res
     if on_gpu and time_it:
-        import triton.testing
-        times = torch.tensor(triton.testing.do_bench(replay, warmup=warmup_ms, rep=rep_ms, return_mode="all"))
-        res.latency_ms = float(times.median())
-        res.p20_ms, res.p80_ms = (float(x) for x in torch.quantile(times, torch.tensor([0.2, 0.8])))
-        res.timer = TIMER.format(w=warmup_ms, r=rep_ms) if getattr(path, "capturable", True) \
-            else f"eager(not capturable)+triton.do_bench(median, L2 flushed, warmup={warmup_ms}ms, rep={rep_ms}ms)"
+        t = time_replay(replay, warmup_ms, rep_ms,
+                        replayed=GRAPH_REPLAY if getattr(path, "capturable", True) else EAGER_REPLAY)
+        res.latency_ms, res.p20_ms, res.p80_ms, res.timer, res.replays = \
+            t.median_ms, t.p20_ms, t.p80_ms, t.timer, t.replays
     else:
         res.timer = "none (CPU: correctness only)" if not on_gpu else "not timed"
     return res
@@ -148,14 +138,14 @@ def cuda_context_alive(device) -> bool:
         return False
 
 
-# ---- floors (DESIGN §4): compulsory bytes / measured copy bandwidth, FLOPs / measured matrix rate ----
+# ---- floors (docs/design.md §5): compulsory bytes / measured copy bandwidth, FLOPs / measured matrix rate ----
 
 def measure_ceilings(nbytes: int = 2 << 30, n: int = 8192) -> dict:
-    """Copy bandwidth (bytes read + written per second) and fp32/tf32/bf16 matmul rates, on this GPU now."""
-    import triton.testing
+    """Copy bandwidth (bytes read + written per second) and fp32/tf32/bf16 matmul rates, on this GPU now
+    (eager calls timed by artifact.timing.time_replay: median, L2 flushed before each)."""
     src = torch.randn(nbytes // 4, device="cuda")
     dst = torch.empty_like(src)
-    t = triton.testing.do_bench(lambda: dst.copy_(src), warmup=25, rep=200, return_mode="median")
+    t = time_replay(lambda: dst.copy_(src), 25, 200, replayed="eager", stats="statistics").median_ms
     out = {"copy_bytes_per_s": 2 * nbytes / (t * 1e-3)}
     del src, dst
     a = torch.randn(n, n, device="cuda")
@@ -167,7 +157,7 @@ def measure_ceilings(nbytes: int = 2 << 30, n: int = 8192) -> dict:
                                ("bf16", torch.bfloat16, False)):
             torch.backends.cuda.matmul.allow_tf32 = tf32
             x, y = a.to(dt), b.to(dt)
-            t = triton.testing.do_bench(lambda: x @ y, warmup=25, rep=200, return_mode="median")
+            t = time_replay(lambda: x @ y, 25, 200, replayed="eager", stats="statistics").median_ms
             out[f"{name}_flop_per_s"] = flops / (t * 1e-3)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = old

@@ -1,4 +1,4 @@
-"""The path interface and the one registry of paths (DESIGN §3).
+"""The path interface and the one registry of paths (docs/design.md §4).
 
 A path is one way of running all T decode steps of a workload, OneLA and every baseline alike:
     supports(geometry, shape, device) -> None | reason      (a reason makes the cell a recorded skip)

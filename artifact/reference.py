@@ -1,4 +1,4 @@
-"""The exact references every path is checked against (DESIGN §1-§2): plain torch, no custom kernels.
+"""The exact references every path is checked against (docs/design.md §1-§2): plain torch, no custom kernels.
 
 `fullstate_decode` keeps one [V, K] state per beam and copies the parent's state to each child every step.
 `replay_decode` computes the same outputs by projection replay (paper §3.2) through the ancestry index,
@@ -164,7 +164,7 @@ def fullstate_cost(wl, extra_state_copies: int = 0) -> dict:
     R*W states; each later step reads N parent states and writes N. Per beam and step also its token's inputs,
     its parent index and its output o. `extra_state_copies` counts whole-state gathers per beam and step (read
     + write) that a framework's kernel interface forces on top (SGLang's, TRT-LLM's in-place slot update).
-    (Before 2026-11-30 step 0 was counted as N reads, which put the floor above measured FullState times.)"""
+    Counting N state reads at step 0 would put this floor above the measured FullState times."""
     geo, T, R, N = wl.geometry, wl.T, wl.R, wl.R * wl.W
     sb, elem = geo.state_bytes, wl.q.element_size()
     per_beam_io = token_input_bytes(geo, elem) + geo.hv * geo.v * elem + 4

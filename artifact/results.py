@@ -1,4 +1,4 @@
-"""Results I/O (DESIGN §5): tidy CSV rows appended and flushed per cell, an env record per run.
+"""Results I/O (docs/design.md §6): tidy CSV rows appended and flushed per cell, an env record per run.
 
 One schema for every suite, so files never become a sparse union of columns. A row is keyed by its
 `config_hash` (everything that defines the cell, nothing measured); a re-run skips hashes already present.
@@ -75,6 +75,10 @@ def finished_hashes(csv_path: str | os.PathLike) -> set[str]:
 
 
 def git_commit() -> str:
+    """This checkout's commit (12 hex digits, "+dirty" with uncommitted changes to tracked files), or the
+    ONELA_GIT_COMMIT environment variable where it is set (a copy of the tree without .git, e.g. a GPU host)."""
+    if os.environ.get("ONELA_GIT_COMMIT"):
+        return os.environ["ONELA_GIT_COMMIT"]
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True,
                              cwd=Path(__file__).resolve().parent, timeout=10)
@@ -83,7 +87,7 @@ def git_commit() -> str:
                                text=True, cwd=Path(__file__).resolve().parent, timeout=10).stdout.strip()
         return commit + ("+dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
-        return os.environ.get("ONELA_GIT_COMMIT", "unknown")
+        return "unknown"
 
 
 SOURCE_DIRS = ("artifact", "kernels", "baselines", "sweeps")
@@ -124,7 +128,7 @@ def verify_env(path: str | os.PathLike, root: str | os.PathLike = _ROOT) -> tupl
     if Path(path).name.count(".") > 1 and "git_commit" not in rec:      # RUN.wall.json, RUN.traffic.json
         return None, "a side file of its run's env record, which carries the commit"
     if not digest:
-        return None, "no source_sha256 (recorded before stop 20)"
+        return None, "no source_sha256 (an env record written before the digest existed)"
     if not commit or commit == "unknown":
         return None, f"git_commit {rec.get('git_commit')!r} names no commit"
     try:
@@ -152,7 +156,7 @@ def env_record(extra: dict | None = None) -> dict:
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "host": platform.node(), "python": platform.python_version(),
         "torch": torch.__version__, "triton": _version("triton"), "cuda": torch.version.cuda,
-        "git_commit": os.environ.get("ONELA_GIT_COMMIT") or git_commit(),
+        "git_commit": git_commit(),
         "source_sha256": source_digest(),
         "packages": {p: _version(p) for p in ("vllm", "sglang", "flashinfer-python", "tensorrt_llm",
                                               "hydra-core", "numpy", "pandas")},

@@ -1,6 +1,6 @@
 """What the vLLM / SGLang adapters share: device and grid checks, gate conversion, roofline counts.
 
-Roofline counts (DESIGN §4) are the compulsory bytes and FLOPs of each algorithm, not of a kernel's tiling:
+Roofline counts (docs/design.md §5) are the compulsory bytes and FLOPs of each algorithm, not of a kernel's tiling:
 a GDN token update of one value head costs ~7·V·K fp32 FLOPs (decay V·K, S·k̂ 2V·K, rank-1 update 2V·K,
 S·q̂ 2V·K); the recurrent kernels do it on CUDA cores, so the rate is "fp32_flop_per_s".
 """
@@ -74,11 +74,11 @@ def gates_to_logits(g: torch.Tensor, beta: torch.Tensor, a_out: torch.Tensor, b_
     emit a and b directly, so this stands in for no framework work.
 
     As a = log(-expm1(g)) - g (the same value): the direct form's expm1(-g) overflows fp32 for g < -88.7 (a
-    strong-decay head, A near 16, meeting a large gate input), a became +inf and the chunk (prefill) kernels'
-    within-chunk gate differences -inf - (-inf) turned into NaN -- the 8 ReplaySSM cells with infinite error.
-    A model's projection emits a finite a ~ -g there, as this does. In place, in fp32: four elementwise
-    kernels per step inside the baselines' timed graphs, no temporaries. (The FullState kernels were
-    unaffected: exp(-inf) = 0 differs from exp(-89) by 1e-39.)"""
+    strong-decay head, A near 16, meeting a large gate input), which makes a = +inf and turns the chunk
+    (prefill) kernels' within-chunk gate differences -inf - (-inf) into NaN, an infinite error in the ReplaySSM
+    paths. A model's projection emits a finite a ~ -g there, as this does. In place, in fp32: four elementwise
+    kernels per step inside the baselines' timed graphs, no temporaries. (The FullState kernels would not
+    notice the direct form: exp(-inf) = 0 differs from exp(-89) by 1e-39.)"""
     torch.expm1(g, out=a_out)
     a_out.neg_().log_().sub_(g)
     torch.logit(beta, out=b_out)

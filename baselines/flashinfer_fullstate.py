@@ -3,7 +3,7 @@
 Kernel: `flashinfer.gdn_decode.gated_delta_rule_decode_pretranspose` from flashinfer-python==0.7.2.post1,
 unmodified, `backend="flashinfer"` (its CuTe-DSL fp32-state T=1 kernel, `gdn_kernels/gdn_decode_pretranspose.py`;
 `"auto"` picks the same kernel on SM90, where the Blackwell-only Cake route does not apply). Called with
-scale = K^-0.5, use_qk_l2norm=True (in-kernel norm x * rsqrt(sum x^2 + 1e-6), as DESIGN §1), a state pool
+scale = K^-0.5, use_qk_l2norm=True (in-kernel norm x * rsqrt(sum x^2 + 1e-6), as docs/design.md §1), a state pool
 `initial_state` fp32 [slots, HV, V, K] and separate read / write slot indices (`initial_state_indices`,
 `output_state_indices`). The kernel forms its gates as g = -exp(A_log)·softplus(a + dt_bias), beta =
 sigmoid(b); this path passes A_log = dt_bias = 0, a = log(expm1(-g)), b = logit(beta) in fp32 (the kernel

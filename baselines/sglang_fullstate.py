@@ -3,7 +3,7 @@
 Kernel: `sglang.kernels.ops.attention.fla.fused_recurrent.fused_recurrent_gated_delta_rule_packed_decode`
 from the sglang==0.5.23 wheel, unmodified: SGLang's GDN decode fast path (`TritonGDNKernel.packed_decode`),
 called as SGLang calls it (scale = K^-0.5, use_qk_l2norm_in_kernel=True; its norm is
-x / sqrt(sum x^2 + 1e-6), as DESIGN §1). It reads packed [q | k | v] rows and forms the gates itself,
+x / sqrt(sum x^2 + 1e-6), as docs/design.md §1). It reads packed [q | k | v] rows and forms the gates itself,
 g = -exp(A_log)·softplus(a + dt_bias), beta = sigmoid(b); with A_log = dt_bias = 0 this path passes
 a = log(expm1(-g)), b = logit(beta) (`_common.gates_to_logits`), which reproduces the workload's gates.
 

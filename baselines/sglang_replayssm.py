@@ -3,7 +3,7 @@
 Kernel: `sglang.kernels.ops.attention.linear.fused_recurrent_linear_replayssm.fused_recurrent_gdn_replayssm_decode`
 from the sglang==0.5.23 wheel, unmodified, called as SGLang's Triton GDN backend calls it with
 `--enable-linear-replayssm` (`TritonGDNKernel.packed_decode`: scale = K^-0.5, use_qk_l2norm_in_kernel=True, its
-norm x / sqrt(sum x^2 + 1e-6), as DESIGN §1; packed [q | k | v] rows; gates formed in the kernel from raw a, b,
+norm x / sqrt(sum x^2 + 1e-6), as docs/design.md §1; packed [q | k | v] rows; gates formed in the kernel from raw a, b,
 so this path passes A_log = dt_bias = 0, a = log(expm1(-g)), b = logit(beta): `_common.gates_to_logits`).
 Every step the kernel reads the slot's checkpoint S0 [HV, V, K] and the slot's ring of the last records
 (d [HV, L, V], k [H, L, K], g [HV, L]; positions < write_pos are valid), rebuilds the state in K-tiles,

@@ -5,7 +5,7 @@ Kernel: `tensorrt_llm._torch.modules.fla.fused_sigmoid_gating_recurrent.fused_si
 read from current main sources, which could not be run here), called as
 TRT-LLM's Qwen3-Next / Qwen3.5 GDN mixer calls it at decode: varlen, q/k/v as [1, N, H, D] with
 cu_seqlens = 0..N, softplus_beta = 1, softplus_threshold = 20, scale = K^-0.5, use_qk_l2norm_in_kernel=True.
-Its norm is x / (sqrt(sum x^2) + 1e-6) in current sources (eps outside the root; DESIGN §1 puts it inside:
+Its norm is x / (sqrt(sum x^2) + 1e-6) in current sources (eps outside the root; docs/design.md §1 puts it inside:
 a relative difference below 1e-7 at |x| ~ sqrt(K)). The kernel forms its gates as g = -exp(A_log)·softplus(
 a + dt_bias), beta = sigmoid(b); this path passes A_log = dt_bias = 0, a = log(expm1(-g)), b = logit(beta) in
 fp32 (`_common.gates_to_logits`), which reproduces the workload's gates. With an fp32 state pool the wrapper
@@ -75,7 +75,7 @@ def _takes_output(fn) -> bool:
 
 
 def _one_step(S_vk, q, k, v, alpha, beta, geo):
-    """Reference decode of one token from S [HV, V, K] (fp32), DESIGN §1."""
+    """Reference decode of one token from S [HV, V, K] (fp32), docs/design.md §1."""
     qh = (l2norm(q.float()) * geo.k ** -0.5).repeat_interleave(geo.group, dim=0)
     kh = l2norm(k.float()).repeat_interleave(geo.group, dim=0)
     S = alpha * S_vk

@@ -2,7 +2,7 @@
 
 Kernel: `vllm.third_party.flash_linear_attention.ops.fused_recurrent.fused_recurrent_gated_delta_rule`
 from the vllm==0.33.0 wheel, unmodified (called with scale = K^-0.5, use_qk_l2norm_in_kernel=True,
-inplace_final_state=True, g and beta as given). Its in-kernel norm is x / sqrt(sum x^2 + 1e-6), as DESIGN §1.
+inplace_final_state=True, g and beta as given). Its in-kernel norm is x / sqrt(sum x^2 + 1e-6), as docs/design.md §1.
 vLLM's own Qwen3.5 decode fast path (`fused_recurrent_gated_delta_rule_packed_decode`) is the same update
 with the gates formed from raw a/b and a state read and written in one slot; this kernel takes the
 workload's g and beta directly and lets the read and write slots differ.

@@ -1,5 +1,5 @@
 """vLLM ReplaySSM: every beam is an independent request that replays, each step, its prompt tail and its own
-generated tokens from the request's last prompt-block checkpoint (paper §2.3, DESIGN §3).
+generated tokens from the request's last prompt-block checkpoint (paper §2.3, docs/design.md §4).
 
 Kernels, from the vllm==0.33.0 wheel, unmodified, called the way vLLM's GDN layer runs the uncached remainder
 of a request with a prefix-cache hit (`qwen_gdn_linear_attn.py`, "2.3: Process the remaining part"):
@@ -36,8 +36,9 @@ A new prompt-tail length re-plans the host-side metadata (`plan`) and reallocate
 `reset` with a given tail length must run eagerly (the warm-up before a capture does). `fused_post_conv_prep`
 addresses token rows with int32 offsets (row x (2·HK·K + HV·V)), so a batch of 2^31 elements or more is split
 into the fewest sub-batches of whole sequences that fit -- as vLLM's scheduler splits a batch over its token
-budget, but only as far as the kernel needs, which favours this baseline. (Found on the H200: the full model's
-1024 beams x 449 tokens with a 448-token prompt tail hit an illegal memory access.) Not natively
+budget, but only as far as the kernel needs, which favours this baseline. (The full model's 1024 beams x 449
+tokens with a 448-token prompt tail need the split: in one call the offsets overflow into an illegal memory
+access.) Not natively
 supported: R·W·HV > 65535 (chunk_gated_delta_rule_fwd_h puts sequences x heads on grid y) or more than
 65535 chunks in a step's batch (chunk_fwd_o's grid y); K > 256 (the chunk kernel asserts K <= 256).
 """
@@ -225,9 +226,9 @@ class VllmReplaySSMStepper(Stepper):
 
 class VllmReplaySSMPath(StepperPath):
     # vLLM's chunked prefill path rounds q-hat / k-hat to bf16 (fused_post_conv_prep) and keeps the intra-chunk
-    # WY factors and chunk states in bf16: on the H200 at R=4 W=512 Qwen geometry it measured 5.0-5.6e-4 max
-    # error against FP32 FullState, just over the paper's 4.88e-4 (2026-11-30, results/recurrent_path.csv).
-    # Its own gate is 1e-3 (artifact.measure.path_tolerance); each row's reason names the gate applied.
+    # WY factors and chunk states in bf16: at R=4 W=512 on the Qwen geometry its max error against FP32
+    # FullState is 5.0-5.6e-4 (results/recurrent_path.csv), just over the paper's 4.88e-4. Its own gate is
+    # 1e-3 (artifact.measure.path_tolerance; docs/design.md §2); each row's reason names the gate applied.
     gate_tolerance = 1e-3
     name = "vllm_replayssm"
     stepper_cls = VllmReplaySSMStepper
@@ -242,7 +243,7 @@ class VllmReplaySSMPath(StepperPath):
         if geometry.k != geometry.v:
             # _fused_post_conv_kernel binds mask_2d to [BLOCK_T, BK] in its q/k branch and [BLOCK_T, BV] in its
             # v branch; Triton rejects a variable whose type differs between the branches of an `if`, so the
-            # kernel does not compile for K != V (119 operator cells of run 0930c0/695a92 failed exactly so).
+            # kernel does not compile for K != V: a shape it cannot build is a skip, not a failure.
             return (f"not natively supported: K={geometry.k} != V={geometry.v} (fused_post_conv_prep's kernel "
                     "types mask_2d as [BLOCK_T, BK] in one branch and [BLOCK_T, BV] in the other; Triton "
                     "refuses to compile it unless BK == BV)")

@@ -16,7 +16,7 @@ import triton.language as tl
 from artifact.measure import device_free_bytes
 from artifact.paths import Stepper, StepperPath
 from artifact.reference import fullstate_cost
-from kernels.onela import check_reset, check_step, onela_supports
+from kernels.checks import check_reset, check_step, kernel_supports
 
 
 @triton.jit
@@ -68,9 +68,9 @@ class ControlledFullStateStepper(Stepper):
 
     def __init__(self, geometry, R, W, T, device, block_v: int | None = None):
         super().__init__(geometry, R, W, T, device)
-        reason = onela_supports(geometry, self.device)
+        reason = kernel_supports("controlled_fullstate", geometry, self.device)
         if reason:
-            raise ValueError(reason.replace("onela", "controlled_fullstate"))
+            raise ValueError(reason)
         shape = (R * W, geometry.hv, geometry.v, geometry.k)
         self.pools = [torch.empty(shape, dtype=torch.float32, device=device) for _ in range(2 if T > 1 else 1)]
         self.block_v = block_v or fullstate_block_v(geometry.k, geometry.v)
@@ -103,9 +103,9 @@ class ControlledFullStatePath(StepperPath):
     stepper_cls = ControlledFullStateStepper
 
     def supports(self, geometry, shape, device):
-        reason = onela_supports(geometry, device)
+        reason = kernel_supports("controlled_fullstate", geometry, device)
         if reason:
-            return reason.replace("onela", "controlled_fullstate")
+            return reason
         dev = torch.device(device)
         if dev.type == "cuda":
             need = (2 if shape.T > 1 else 1) * shape.R * shape.W * geometry.state_bytes

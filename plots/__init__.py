@@ -1,4 +1,4 @@
-"""The reporting stage (issue 8): Figures 6-8, a per-geometry floor view and results/REPORT.md, from results/ alone.
+"""The reporting stage: Figures 6-8, a per-geometry floor view and results/REPORT.md, from results/ alone.
 
 One module per figure, each `render(results, out_dir)` -> [png, pdf]; `python -m plots` runs them all.
 """

@@ -1,6 +1,6 @@
 """Reading results/ and pairing cells: the only code between the CSVs and every figure or ratio.
 
-Rules (DESIGN §4-5): only `status == ok` rows with a finite, positive metric feed a ratio, and a pair needs
+Rules (docs/design.md §5-6): only `status == ok` rows with a finite, positive metric feed a ratio, and a pair needs
 both paths ok on the same shape, joined on SHAPE_KEY (never on suite or path). Missing files are empty
 tables, not errors: the figures then say "no data yet" and REPORT.md says "not measured yet".
 """

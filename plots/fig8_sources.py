@@ -1,7 +1,7 @@
 """Figure 8 (paper §4.4): where OneLA's gain comes from, at the Qwen geometry with R=4, W=512.
 
 (a) recurrent-state-path latency per path (incl. beam-state maintenance), each bar with its roofline floor
-    (max of compulsory bytes / measured copy bandwidth and FLOPs / measured matrix rate, DESIGN §4);
+    (max of compulsory bytes / measured copy bandwidth and FLOPs / measured matrix rate, docs/design.md §5);
 (b) persistent recurrent-state capacity and bytes written to recurrent state;
 (c) physical DRAM traffic (read + write, hardware counters), arithmetic intensity written on each bar.
 (a) and (b) come from the recurrent_path suite, (c) from the traffic suite. Diamonds: the paper's values.

@@ -1,6 +1,6 @@
 """Not in the paper: how close OneLA gets to its roofline floor on each of the nine operator geometries.
 
-For every ok OneLA operator-suite cell with a floor, latency / floor (1 = at the floor; DESIGN §4: the floor is
+For every ok OneLA operator-suite cell with a floor, latency / floor (1 = at the floor; docs/design.md §5: the floor is
 the larger of compulsory bytes / measured copy bandwidth and FLOPs / measured matrix rate). One box per
 geometry over its R x W x T shapes, same box convention as Figure 7; the tick says which bound dominates.
 """

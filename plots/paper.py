@@ -1,8 +1,8 @@
-"""The paper's numbers (DESIGN §6, from paper §4.2-4.4), as data with their source.
+"""The paper's numbers (docs/design.md §7, from paper §4.2-4.4), as data with their source.
 
 These are the only hard-coded figures in plots/: they are what the paper reports, drawn beside ours and
 compared in results/REPORT.md. "ours" is always computed from results/ (plots/report.py). A few numbers
-the paper's text gives beyond DESIGN §6 are included and marked `in_design=False`.
+the paper's text gives beyond docs/design.md §7's table are included and marked `in_design=False`.
 """
 from __future__ import annotations
 

@@ -41,7 +41,7 @@ def parse_args(argv: list[str]) -> dict:
 
 def wall_report(results_dir: Path, suite: str) -> str:
     """Each run behind results/<suite>.csv with its wall time (env/<run_id>.wall.json): the N-GPU wall time of
-    a sharded multirun is the longest of its shards' runs, against one GPU's single run (issue 9)."""
+    a sharded multirun is the longest of its shards' runs, against one GPU's single run (the scaling comparison)."""
     runs = Counter(r["run_id"] for r in read_rows(results_dir / f"{suite}.csv"))
     lines = []
     for run_id, n in sorted(runs.items()):

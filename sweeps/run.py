@@ -174,7 +174,7 @@ def _make_context(cfg, spec: SweepSpec, device, results_dir: Path) -> RunContext
         print("[sweeps] measuring copy bandwidth and matrix rates for the floors ...")
         ceilings = measure_ceilings()
     run_id = _new_run_id(spec)
-    commit = os.environ.get("ONELA_GIT_COMMIT") or git_commit()
+    commit = git_commit()
     extra = {"run_id": run_id, "suite": spec.suite, "device": str(device), "assigned_gpu": cfg.hardware.gpu,
              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
              "gpu_pinning": os.environ.get("ONELA_GPU_PINNING"), "gpu_uuid": _gpu_uuid(device),

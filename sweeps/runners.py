@@ -1,4 +1,5 @@
 """The dispatch table from a suite's `suite.runner` to its cell runner (one mechanism for every suite).
+The runners live in sweeps/suites/, one module per runner.
 
 A runner is `run_cells(cfg, cells, ctx) -> Iterator[dict]` (contract: sweeps.context). Runners are imported
 only when a suite uses them, so a missing module fails that suite alone, with the import error.
@@ -9,15 +10,15 @@ import importlib
 from typing import Callable
 
 RUNNERS: dict[str, str] = {
-    "operator": "sweeps.operator_runner:run_cells",      # operator, recurrent_path, smoke
-    "full_model": "artifact.fullmodel_bench:run_cells",  # full_model (Fig 6)
-    "traffic": "artifact.traffic:run_cells",             # traffic (Fig 8c): DRAM counters
+    "operator": "sweeps.suites.operator:run_cells",        # operator, recurrent_path, smoke
+    "full_model": "sweeps.suites.full_model:run_cells",    # full_model (Fig 6)
+    "traffic": "sweeps.suites.traffic:run_cells",          # traffic (Fig 8c): DRAM counters
 }
 
 # A runner's own knobs: the config section of that name is typed by this dataclass (sweeps.schema).
 RUNNER_SETTINGS: dict[str, str] = {
-    "full_model": "artifact.fullmodel_bench:FullModelSettings",
-    "traffic": "artifact.traffic:TrafficOptions",
+    "full_model": "sweeps.suites.full_model:FullModelSettings",
+    "traffic": "sweeps.suites.traffic:TrafficOptions",
 }
 
 

@@ -332,7 +332,7 @@ print("high rows written", bool(torch.isfinite(out[..., 128:].float()).all()))
 @pytest.mark.gpu
 def test_flashinfer_head_dim_limit_is_the_kernels_gpu():
     """Evidence for the K = V = 128 skip: on a V = 256 head the fp32 kernel either leaves output rows >= 128
-    unwritten (poisoned NaN) or faults (seen on the H200: illegal memory access). Probed in a child process,
+    unwritten (poisoned NaN) or faults with an illegal memory access. Probed in a child process,
     since a fault poisons the CUDA context. If this starts failing, FlashInfer lifted the limit and supports()
     should follow."""
     import subprocess

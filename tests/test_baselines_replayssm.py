@@ -91,7 +91,8 @@ def _tail_inputs(geo, R, L, seed, device, dtype=torch.bfloat16):
 
 
 def _continue_state(S, tail, geo):
-    """Ground truth: the GDN recurrence over the tail from state S, in fp64 (inputs normalised as DESIGN §1)."""
+    """Ground truth: the GDN recurrence over the tail from state S, in fp64 (inputs normalised as
+    docs/design.md §1)."""
     S = S.double()
     for i in range(tail["k"].shape[0]):
         kh = l2norm(tail["k"][i].double()).repeat_interleave(geo.group, dim=1)
@@ -154,7 +155,7 @@ def test_missing_framework_is_a_reason(tmp_path):
 
 def test_vllm_replay_declares_k_not_v_unsupported(monkeypatch):
     """vLLM's post-conv prep kernel does not compile for K != V (its two branches type mask_2d differently;
-    119 operator cells failed so on the H200): supports() says so before anything is built, K = V passes."""
+    a shape it cannot build is a skip): supports() says so before anything is built, K = V passes."""
     from baselines import vllm_replayssm as m
     monkeypatch.setattr(m._load, "unavailable_reason", lambda spec, modules: None)
     monkeypatch.setattr(m, "vllm_reason", lambda geometry, shape, device: None)

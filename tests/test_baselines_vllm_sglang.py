@@ -143,7 +143,7 @@ def test_grid_limit_is_reported():
 
 def test_fullstate_cost_counts_state_traffic():
     """Step 0 reads each request's s_ctx once (R states), later steps every parent (N); every step writes N.
-    (Counting N reads at step 0 put controlled FullState's floor above its measured time on the H200.)"""
+    (Counting N reads at step 0 would put the FullState floor above the measured FullState times.)"""
     from artifact.reference import fullstate_cost
     wl = make_workload("qwen3_5_0_8b", 2, 4, 3, device="cpu", prompt_len=0)
     sb, R, N, T = 16 * 128 * 128 * 4, 2, 8, 3

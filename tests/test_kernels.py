@@ -2,7 +2,7 @@
 
 On a CPU host they run under the Triton interpreter on small shapes (CI); on the H200 the `gpu` tests run
 the named geometries against the FP32 FullState gate at the paper's tolerance. The interpreter rounds bf16
-more coarsely than the GPU (DESIGN §1), so CPU tolerances are separate from the GPU's.
+more coarsely than the GPU (docs/design.md §2), so CPU tolerances are separate from the GPU's.
 """
 import math
 
@@ -14,7 +14,7 @@ from artifact.paths import get_path
 from artifact.reference import fullstate_decode, replay_decode
 from artifact.workload import GEOMETRIES, LINEAGES, Geometry, make_workload
 from kernels.fullstate import ControlledFullStateStepper
-from kernels.onela import OneLAStepper
+from kernels.onela import OneLA, OneLAStepper, launch_config, onela_naive, step_launches
 
 SMALL = [  # (geometry, R, W, T): W not a power of two, T = 1, HV = 4 HK, K != V
     (Geometry(2, 4, 16, 16), 2, 5, 3),
@@ -23,7 +23,7 @@ SMALL = [  # (geometry, R, W, T): W not a power of two, T = 1, HV = 4 HK, K != V
     (Geometry(2, 8, 16, 16), 1, 19, 6),
 ]
 # fp32 outputs vs fp64 with bf16 GTRs: relative to max|o| (these tiny-K shapes have |o| ~ 0.3, not the 0.1 of
-# K = 128); the interpreter's bf16 rounding is coarser than the GPU's (DESIGN §1), hence two bounds.
+# K = 128); the interpreter's bf16 rounding is coarser than the GPU's (docs/design.md §2), hence two bounds.
 CPU_REL_TOL, GPU_REL_TOL = 8e-3, 4e-3   # tiny K: |delta| (k.q) is large, so bf16 records cost ~0.5%
 
 
@@ -55,48 +55,38 @@ def test_kernel_matches_fp64_reference(stepper_cls, lineage, geo, R, W, T, devic
     assert err <= tol, f"max abs err {err:.3e} > {tol:.1e}"
 
 
-@pytest.mark.parametrize("bk,stages", [(16, 1), (16, 2)])
-def test_onela_k_chunked_projection_is_the_same_math(bk, stages, device):
-    """The main kernel's K-chunked projection (config BK < K, a tuning option) gives the one-tile outputs."""
-    geo, R, W, T = SMALL[1]                                    # K = 32: two chunks of 16
+def test_onela_k_chunked_projection_is_the_same_math(device):
+    """The main kernel's K-chunked projection (BK < K: the K = 256 tiles) gives the one-tile outputs; forced here
+    at K = 32 with two chunks of 16."""
+    geo, R, W, T = SMALL[1]
     wl = make_workload(geo, R, W, T, lineage="beam", seed=5, device=device, prompt_len=16)
-    outs = [_run(OneLAStepper, wl, torch.float32, cfg)[1] for cfg in (None, {"BK": bk, "k_stages": stages})]
+    outs = [_run(OneLAStepper, wl, torch.float32, cfg)[1] for cfg in (None, {"BK": 16})]
     assert torch.isfinite(outs[1]).all()
     # the same bf16 products summed in another order; that can flip a bf16 record's rounding (~1e-5 of |o|)
     assert (outs[0] - outs[1]).abs().max().item() <= 2e-4 * outs[0].abs().max().item()
 
 
-def test_onela_s_lo_drops_the_lo_plane_from_the_named_projections(device):
-    """s_lo "q" projects u_k against S_ctx rounded to bf16, "none" both projections: each moves the outputs off
-    the two-plane ("qk") ones and off each other -- the key is live -- and stays within the fp64 reference's
-    bound. The K > 128 default is "q", K <= 128's "none" (kernels/NOTES.md, stops 19 and 20)."""
-    from kernels.onela import launch_config
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_onela_k256_and_fp32_inputs_match_fp64_reference(dtype, device):
+    """K = 256 runs the K-chunked projection with u_q against S's bf16 hi + lo planes (s_lo "q"); K <= 128 takes S
+    rounded to bf16 in both projections ("none"). fp32 q, k are split into a bf16 part and a residual. Each stays
+    within the fp64 reference's bound."""
     assert launch_config(128, 128, 512)["s_lo"] == "none" and launch_config(256, 256, 512)["s_lo"] == "q"
-    geo, R, W, T = SMALL[1]
-    wl = make_workload(geo, R, W, T, lineage="beam", seed=9, device=device, prompt_len=16)
-    ref = fullstate_decode(wl, torch.float64)
-    tol = (GPU_REL_TOL if device == "cuda" else CPU_REL_TOL) * ref.abs().max().item()
-    outs = {lo: _run(OneLAStepper, wl, torch.float32, {"s_lo": lo})[1] for lo in ("qk", "q", "none")}
-    for lo, out in outs.items():
-        assert torch.isfinite(out).all(), lo
-        assert (out.double() - ref).abs().max().item() <= tol, lo
-    assert not torch.equal(outs["q"], outs["qk"]) and not torch.equal(outs["none"], outs["q"])
-    # fp32 inputs (q, k split into bf16 hi + residual too) honour s_lo the same way
-    wl32 = make_workload(geo, R, W, T, lineage="beam", seed=9, device=device, prompt_len=16, dtype=torch.float32)
-    ref32 = fullstate_decode(wl32, torch.float64)
-    tol32 = (GPU_REL_TOL if device == "cuda" else CPU_REL_TOL) * ref32.abs().max().item()
-    for lo in ("q", "none"):
-        out = _run(OneLAStepper, wl32, torch.float32, {"s_lo": lo})[1]
-        assert (out.double() - ref32).abs().max().item() <= tol32, lo
+    for geo in (Geometry(1, 2, 256, 32), SMALL[1][0]):
+        wl = make_workload(geo, 1, 5, 3, lineage="beam", seed=9, device=device, prompt_len=16, dtype=dtype)
+        ref = fullstate_decode(wl, torch.float64)
+        tol = (GPU_REL_TOL if device == "cuda" else CPU_REL_TOL) * ref.abs().max().item()
+        st, out = _run(OneLAStepper, wl, torch.float32)
+        assert st.config["BK"] == min(geo.k, 64 if geo.k > 128 else geo.k)
+        assert torch.isfinite(out).all()
+        assert (out.double() - ref).abs().max().item() <= tol, (geo, dtype)
 
 
-@pytest.mark.parametrize("cfg", [{"beam_iters": 2}, {"beam_iters": 3, "loop_max_step": 0},
-                                 {"beam_iters": 2, "loop_stages": 2, "fused": True},
-                                 {"beam_iters": 2, "replay_stages": 2}, {"replay_stages": 1}])
-def test_onela_beam_loop_gives_the_one_tile_per_program_outputs(cfg, device):
-    """A program running several beam tiles (config beam_iters, the S tile split once for all of them; up to
-    step loop_max_step) writes the same outputs and ancestry rows, partial last tiles and idle iterations
-    included (W=20 or 19 at BB=16); so does the replay as a loop over depths (replay_stages)."""
+@pytest.mark.parametrize("cfg", [{"beam_iters": 2}, {"beam_iters": 3}, {"BV": 8}, {"beam_iters": 2, "BV": 8}])
+def test_onela_tiles_give_the_one_tile_per_program_outputs(cfg, device):
+    """A program running several beam tiles (beam_iters, the S tile split once for all of them) or a V tile narrower
+    than V (BV: several programs per head, only the first writes the records) writes the same outputs and
+    ancestry rows, partial last tiles and idle iterations included (W=20 or 19 at BB=16)."""
     for geo, R, W, T in (SMALL[1], SMALL[3]):
         wl = make_workload(geo, R, W, T, lineage="beam", seed=R * 7 + W, device=device, prompt_len=16)
         (st0, out0), (st1, out1) = (_run(OneLAStepper, wl, torch.float32, {"BB": 16, "beam_iters": 1, **c})
@@ -104,13 +94,16 @@ def test_onela_beam_loop_gives_the_one_tile_per_program_outputs(cfg, device):
         assert torch.isfinite(out1).all(), "an output element was never written (poisoned NaN survived)"
         assert (out1 - out0).abs().max().item() <= 1e-5 * out0.abs().max().item(), (geo, R, W, T)
         assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
+        for a, b in zip(st1.store.tensors(), st0.store.tensors()):
+            assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6), (geo, R, W, T, cfg)
 
 
-def test_onela_launch_config_beam_loop_rule():
-    """v7's rule (kernels/NOTES.md): the most beam tiles per program, up to 8, that keep ~2 programs per SM,
-    only where the S tile is one tile (K <= 128), at every step since v8; small grids keep one tile per
-    program."""
-    from kernels.onela import launch_config
+def test_onela_launch_config_rules():
+    """The adopted plan (kernels/NOTES.md, "Triton kernels"): the most beam tiles per program, up to 8, that keep
+    ~2 programs per SM, only where the S tile is one tile (K <= 128); small grids keep one tile per program; PDL
+    waits before the beam loop when there is one, after the one tile's projections otherwise, and not at all
+    where the GPU has no programmatic dependent launch; step 0 is one launch where the S tile spans K and a key
+    head has at most 2 value heads; the warp-specialised kernel where K = 128 and V is a multiple of 128."""
     iters = {(R, W): launch_config(128, 128, W, R, 16, n_sm=132)["beam_iters"]
              for R in (4, 8, 16) for W in (128, 256, 512)}
     assert iters == {(4, 128): 1, (4, 256): 1, (4, 512): 2, (8, 128): 1, (8, 256): 2, (8, 512): 4,
@@ -120,70 +113,18 @@ def test_onela_launch_config_beam_loop_rule():
     assert launch_config(128, 128, 128, 16, 64)["beam_iters"] == 2
     assert launch_config(128, 128, 256, 16, 64)["beam_iters"] == 4
     assert launch_config(128, 128, 512, 4, 16, n_sm=264)["beam_iters"] == 1    # twice the SMs: no loop
-    assert launch_config(128, 128, 512, 16, 16)["loop_max_step"] is None     # v8: the loop at every step
-    # v8: PDL waits before the beam loop when there is one, after the one tile's projections otherwise
     assert launch_config(128, 128, 512, 4, 16)["pdl"] == 2 and launch_config(128, 128, 128, 4, 16)["pdl"] == 1
     assert launch_config(256, 256, 512, 16, 16)["pdl"] == 1
-    # stop 18: K-chunked projections issue a chunk's q, k loads before its S load and split
-    assert launch_config(256, 256, 512, 16, 16)["qk_first"] and not launch_config(128, 128, 512, 4, 16)["qk_first"]
-    # stop 21: step 0 in one launch where the S tile spans K and a key head has at most 2 value heads
+    assert launch_config(128, 128, 512, 4, 16, pdl_ok=False)["pdl"] == 0
     assert launch_config(128, 128, 512, 4, 16)["fuse_step0"] and launch_config(128, 128, 512, 4, 32, G=2)["fuse_step0"]
     assert not launch_config(256, 256, 512, 16, 16)["fuse_step0"]
     assert not launch_config(128, 256, 512, 4, 16, G=4)["fuse_step0"]
-
-
-@pytest.mark.parametrize("lineage", LINEAGES)
-def test_onela_one_launch_kernel_gives_the_two_launch_outputs(lineage, device):
-    """v6 (config fused: prep and main in one launch) writes the same outputs, GTRs and ancestry rows as the
-    two-launch kernel on every small shape (HV = 4 HK, K != V, T = 1, partial beam tiles) and lineage."""
-    for geo, R, W, T in SMALL:
-        wl = make_workload(geo, R, W, T, lineage=lineage, seed=R * 7 + W, device=device, prompt_len=16)
-        (st2, out2), (st1, out1) = (_run(OneLAStepper, wl, torch.float32, cfg) for cfg in (None, {"fused": True}))
-        assert st1.coef is None and st2.coef is not None
-        assert torch.isfinite(out1).all(), "an output element was never written (poisoned NaN survived)"
-        assert (out1 - out2).abs().max().item() <= 1e-5 * out2.abs().max().item(), (geo, R, W, T)
-        assert torch.equal(st1.anc[(T - 1) % 2], st2.anc[(T - 1) % 2])
-        for a, b in zip(st1.store.tensors(), st2.store.tensors()):
-            assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6)
-
-
-@pytest.mark.parametrize("cfg", [{}, {"beam_iters": 2}, {"BV": 8}])
-def test_onela_step0_in_one_launch_gives_the_two_launch_outputs(cfg, device):
-    """Config fuse_step0 (the main kernel does step 0's key-axis work: norms, k-hat . q-hat, alpha, the k-hat_0
-    and alpha_0 records; no prep launch at step 0) writes the two-launch kernel's outputs, GTRs and ancestry on
-    every small shape (HV = 4 HK: only the group's first value head writes k-hat; T = 1), with a beam loop and
-    with two V tiles (only the first V tile's program writes records). Launches: one kernel at step 0."""
-    from kernels.onela import launch_config, step_launches
-    for geo, R, W, T in SMALL:
-        wl = make_workload(geo, R, W, T, lineage="beam", seed=R * 3 + W, device=device, prompt_len=16)
-        (st0, out0), (st1, out1) = (_run(OneLAStepper, wl, torch.float32, {"BB": 16, **cfg, **f})
-                                    for f in ({"fuse_step0": False}, {"fuse_step0": True}))
-        assert torch.isfinite(out1).all(), "an output element was never written (poisoned NaN survived)"
-        assert (out1 - out0).abs().max().item() <= 1e-5 * out0.abs().max().item(), (geo, R, W, T, cfg)
-        assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
-        for a, b in zip(st1.store.tensors(), st0.store.tensors()):
-            assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6), (geo, R, W, T, cfg)
-    fused = {**launch_config(128, 128, 512, 4, 16), "fuse_step0": True}
-    assert set(step_launches(fused, GEOMETRIES["qwen3_5_0_8b"], 4, 512, 0)) == {"main"}
-    assert set(step_launches(fused, GEOMETRIES["qwen3_5_0_8b"], 4, 512, 1)) == {"prep", "main"}
-
-
-@pytest.mark.parametrize("lineage", LINEAGES)
-def test_onela_prep_alpha_tile_gives_the_depth_chain_coefficients(lineage, device):
-    """Config prep_alpha_tile (every depth's ancestral alpha gathered as one tile before the suffix products)
-    writes bit for bit the depth-by-depth chain's replay coefficients, outputs and ancestry -- the products are
-    formed in the same order -- on every small shape (HV = 4 HK: G value heads per key head; T up to 6) and
-    lineage, with the 16- and 32-beam prep tiles."""
-    for geo, R, W, T in SMALL:
-        wl = make_workload(geo, R, W, T, lineage=lineage, seed=R * 5 + W, device=device, prompt_len=16)
-        for bbp in (16, 32):
-            (st0, out0), (st1, out1) = (_run(OneLAStepper, wl, torch.float32, {"BB_PREP": bbp, **c})
-                                        for c in ({"prep_alpha_tile": False}, {"prep_alpha_tile": True}))
-            assert torch.isfinite(out1).all(), "an output element was never written (poisoned NaN survived)"
-            n = 3 + 2 * (T - 1)       # the last step's columns: P inv_q, P inv_k, k-hat . q-hat, two per depth
-            assert torch.equal(st1.coef[:n], st0.coef[:n]), (geo, R, W, T, bbp)
-            assert torch.equal(out1, out0), (geo, R, W, T, bbp)
-            assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
+    assert launch_config(128, 256, 512)["ws"] and not launch_config(128, 64, 512)["ws"]
+    assert not launch_config(256, 256, 512)["ws"]
+    # the Triton plan: step 0 alone where fuse_step0, prep + main after it (and at every step at G > 2)
+    fused = launch_config(128, 128, 512, 4, 16)
+    assert set(step_launches(fused, GEOMETRIES["qwen3_5_0_8b"], 4, 512, 0, interpret=False)) == {"main"}
+    assert set(step_launches(fused, GEOMETRIES["qwen3_5_0_8b"], 4, 512, 1, interpret=False)) == {"prep", "main"}
 
 
 def test_onela_records_match_replay_and_never_move(device):
@@ -229,7 +170,7 @@ def test_paper_capacity_and_writes_from_real_tensors():
         assert math.isclose(st.written_bytes() / mib, written, rel_tol=0.003), st.written_bytes() / mib
         # the ws kernel (the K = 128 default on Hopper) reads S_ctx's bf16 rounding, made at reset where it can
         # run: counted on top (2 MiB); elsewhere (this CPU host) no copy is made
-        assert st.config["ws"] == "all"
+        assert st.config["ws"] is True
         before = st.persistent_bytes()
         st.reset(torch.zeros(4, geo.hv, geo.v, geo.k, device=st.device))
         hopper = st.device.type == "cuda" and torch.cuda.get_device_capability(st.device)[0] == 9
@@ -251,8 +192,6 @@ def test_bad_input_is_rejected_before_launch(device):
         OneLAStepper(wl.geometry, 2, 5, 2, device, {"BV": 32})
     with pytest.raises(ValueError, match=r"unknown launch config key\(s\) \['bv'\]"):
         OneLAStepper(wl.geometry, 2, 5, 2, device, {"bv": 32})
-    with pytest.raises(ValueError, match="s_lo='fp8' unknown"):
-        OneLAStepper(wl.geometry, 2, 5, 2, device, {"s_lo": "fp8"})
     st = OneLAStepper(wl.geometry, 2, 5, 2, device)
     st.reset(wl.s_ctx)
     out = torch.empty(2, 5, 4, 16, device=device)
@@ -282,52 +221,26 @@ def test_gpu_every_geometry_within_paper_tolerance(name):
             assert res.status == "ok", (path, lineage, res.reason)
 
 
-def test_bench_rejects_a_negative_idle_and_reads_no_clock_without_a_gpu(capsys):
-    """`kernels.bench --idle S` (the first-cell check) names a bad value before anything runs; the SM clock it
-    records per row is None, not an error, where NVML or a GPU is missing."""
-    from kernels.bench import main, sm_clock_mhz
-    with pytest.raises(SystemExit) as e:
-        main(["--idle", "-1"])
-    assert e.value.code == 2 and "--idle must be >= 0 seconds, got -1.0" in capsys.readouterr().err
-    if not torch.cuda.is_available():
-        assert sm_clock_mhz() is None
-
-
-def test_bench_labels_tell_every_config_apart():
-    """kernels.bench names each row by its config: every tuned config, and a key the label has no short form for,
-    gets its own label (stop 27: two configs of a --config A/B both printed 'onela[]')."""
-    from kernels.bench import _label, tune_configs
-    for K in (128, 256):
-        labels = [_label(cfg, K) for cfg in tune_configs(K)]
-        assert len(set(labels)) == len(labels), labels
-    assert _label({}, 128) == "" and _label({"some_new_key": "x"}, 128) == "some_new_key_x"
-    assert _label({"ws": "main", "num_stages": 2}, 128) == "ws_main,num_stages_2"
-
-
-@pytest.mark.parametrize("K,V", [(128, 128), (256, 64)])
-def test_every_tune_config_gives_the_default_outputs(K, V, device):
-    """Each launch configuration `kernels.bench --tune` times (tiles, warps, prep tile, K-chunks, the one-launch
-    kernel; per K) runs and gives the default config's outputs, so a tuning run measures the same math (W=20:
-    a partial tile). The s_lo configs round S_ctx differently by design and are checked on their own."""
-    from kernels.bench import tune_configs
-    wl = make_workload(Geometry(1, 1, K, V), 1, 20, 2, lineage="beam", seed=3, device=device, prompt_len=8)
-    base = _run(OneLAStepper, wl, torch.float32, None)[1]
-    for cfg in tune_configs(K):
-        if "s_lo" in cfg:       # other rounding of S by design: test_onela_s_lo_drops_the_lo_plane_...
-            continue
-        out = _run(OneLAStepper, wl, torch.float32, cfg)[1]
-        assert torch.isfinite(out).all(), cfg
-        assert (out - base).abs().max().item() <= 2e-4 * base.abs().max().item(), cfg
+def test_bench_validates_its_arguments_before_it_needs_a_gpu(capsys):
+    """`tools.bench` names a bad value and exits 2 before it looks for a GPU."""
+    from tools.bench import main
+    for argv, message in ((["--R", "0"], "--R must be >= 1, got [0]"), (["--O", "1"], "--O must be >= 2, got [1]"),
+                          (["--config", '{"s_lo": "qk"}'], "unknown launch config key(s) ['s_lo']"),
+                          (["--paths", "onela", "bogus"], "unknown path(s) ['bogus']"),
+                          (["--geometry", "bogus"], "invalid choice: 'bogus'")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2 and message in capsys.readouterr().err, argv
 
 
 def _graph_replays(cfg, wl, n):
-    """The `onela` path under launch config `cfg`: its T-step decode captured in one CUDA graph and replayed n
-    times into a NaN-poisoned output; returns (stepper, [output of each replay])."""
-    from artifact.measure import _capture
-    from kernels.bench import _ConfiguredOneLA
-    path = _ConfiguredOneLA(cfg)
+    """The `onela` path under launch config `cfg` (None: the default): its T-step decode captured in one CUDA graph
+    and replayed n times into a NaN-poisoned output; returns (stepper, [output of each replay])."""
+    from artifact.timing import capture_graph
+    from tools.bench import ConfiguredOneLA
+    path = ConfiguredOneLA(cfg) if cfg is not None else get_path("onela")
     path.prepare(wl)
-    graph, out = _capture(path, wl)
+    graph, out = capture_graph(lambda: path.run(wl))
     replays = []
     for _ in range(n):
         out.fill_(math.nan)
@@ -338,20 +251,18 @@ def _graph_replays(cfg, wl, n):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("ws", ["off", "default"])
+@pytest.mark.parametrize("ws", [False, True])
 @pytest.mark.parametrize("R,W,T", [(4, 512, 6), (2, 37, 5)])
 def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T, ws):
-    """v8 (config pdl: each launch may start while the previous one finishes, its reads of this step's inputs
-    before the grid-dependency wait and everything else after it) changes no result: a CUDA graph of the
-    T-step decode, replayed many times, writes bit for bit the outputs, GTRs and ancestry of the plain
-    launches -- a read moved above the wait that depends on the previous launch would show as a mismatch.
-    For the Triton kernels (ws off) and the default, which at W=512 is the warp-specialised kernel (stop 23)."""
+    """Programmatic dependent launch (each launch may start while the previous one finishes, its reads of this
+    step's inputs before the grid-dependency wait and everything else after it) changes no result: a CUDA graph of
+    the T-step decode, replayed many times, writes bit for bit the outputs, GTRs and ancestry of plain launches --
+    a read moved above the wait that depends on the previous launch would show as a mismatch. For the Triton
+    kernels (ws False) and the default, which at W=512 is the warp-specialised kernel."""
     wl = make_workload("qwen3_5_0_8b", R, W, T, lineage="beam", seed=R + W, device="cuda")
     results = []
-    # 1: wait after the first projections, 2: before them; pdl_next_step False: the next step's prep not early
-    for cfg in ({"pdl": 0}, {"pdl": 1}, {"pdl": 2}, {"pdl": 2, "pdl_next_step": False}):
-        cfg = {**cfg, "ws": "off"} if ws == "off" else cfg
-        results.append((cfg, *_graph_replays(cfg, wl, 8)))
+    for cfg in ({"pdl": 0}, {"pdl": 1}, {"pdl": 2}):     # 1: wait after the first projections, 2: before them
+        results.append((cfg, *_graph_replays({**cfg, "ws": ws}, wl, 8)))
     (_, st0, base), *pdl_runs = results
     for cfg, st1, replays in pdl_runs:
         for i, o in enumerate(replays + base):
@@ -366,40 +277,25 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T, ws):
                                         ("qwen3_5_397b", 2, 64, 4), ("kimi_linear", 1, 128, 6),
                                         ("gdn_small", 3, 192, 6), ("range_hk4_hv16", 2, 128, 5)])
 def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
-    """The warp-specialised Gluon kernel (config ws, kernels/onela_ws.py) in each mode -- after the prep kernel,
-    the whole step, every step -- passes the FP32 FullState gate, writes the Triton kernels' ancestry exactly and
-    their GTRs to within bf16 rounding (the one-launch modes form the norms and dots in another order), and its
-    captured graph (PDL launches) replays bit for bit. The interpreter cannot run Gluon: this is its correctness
-    test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share key heads; V = 256
-    (gdn_small, range_hk4_hv16) runs each value head as two 128-column chunks (stop 30). A k-hat_t buffer of its
-    own (config ws_kh_own_upto) writes the same bits as the shared one."""
+    """The warp-specialised Gluon kernel (kernels/onela/ws.py) -- the whole step in one launch, and after the prep
+    kernel at G > 2's deeper steps -- passes the FP32 FullState gate, writes the Triton kernels' ancestry exactly
+    and their GTRs to within bf16 rounding (the one-launch form computes the norms and dots in another order), and
+    its captured graph (PDL launches) replays bit for bit. The interpreter cannot run Gluon: this is its
+    correctness test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share key heads;
+    V = 256 (gdn_small, range_hk4_hv16) runs each value head as two 128-column chunks."""
     wl = make_workload(name, R, W, T, lineage="beam", seed=5, device="cuda")
     ref = fullstate_decode(wl)
-    base, _ = _graph_replays({"ws": "off"}, wl, 1)      # the Triton kernels (ws is the default since stop 23)
-    for mode in ("main", "step", "all"):    # "main" at every step (ws_step_upto -1; its default 1 is checked below)
-        st, replays = _graph_replays({"ws": mode, "ws_step_upto": -1}, wl, 4)
-        assert f"ws_{mode}" in st.kernel_info, (mode, st.kernel_info)
-        assert max_abs_err(replays[0], ref) <= DEFAULT_TOLERANCE, mode
-        for o in replays[1:]:
-            assert torch.equal(o, replays[0]), mode
-        assert torch.equal(st.anc, base.anc), mode
-        for a, b in zip(st.store.tensors(), base.store.tensors()):
-            a, b = a.float(), b.float()
-            assert ((a - b).abs() <= 2 ** -6 * b.abs() + 1e-4 * b.abs().max()).all(), (mode, a.shape)
-        # k-hat_t through a buffer of its own (ws_kh_own_upto, stop 28; "step" / "all" only; the default 1 uses
-        # it at steps 0-1) changes when the stores are waited for, not what they write: never (-1) and at every
-        # step (5) give the default's results bit for bit
-        for upto in (-1, 5):
-            st2, replays2 = _graph_replays({"ws": mode, "ws_step_upto": -1, "ws_kh_own_upto": upto}, wl, 2)
-            assert all(torch.equal(o, replays[0]) for o in replays2), (mode, upto)
-            assert torch.equal(st2.anc, st.anc) and all(
-                torch.equal(a, b) for a, b in zip(st2.store.tensors(), st.store.tensors())), (mode, upto)
-    # ws_step_upto (stop 30; where "main" is the default, G > 2): steps 0-1 in one launch pass the gate and are
-    # "all"'s bit for bit (the same kernel on the same inputs); the later steps run "main" on those records
-    if wl.geometry.group > 2:
-        st3, replays3 = _graph_replays({"ws": "main", "ws_step_upto": 1}, wl, 2)
-        assert max_abs_err(replays3[0], ref) <= DEFAULT_TOLERANCE and torch.equal(replays3[0], replays3[1])
-        assert torch.equal(replays3[0][:2], replays[0][:2]) and torch.equal(st3.anc, st.anc)
+    base, _ = _graph_replays({"ws": False}, wl, 1)      # the Triton kernels
+    st, replays = _graph_replays(None, wl, 4)
+    want = {"ws_step"} | ({"ws_main", "prep"} if wl.geometry.group > 2 and T > 2 else set())
+    assert set(st.kernel_info) == want, st.kernel_info
+    assert max_abs_err(replays[0], ref) <= DEFAULT_TOLERANCE
+    for o in replays[1:]:
+        assert torch.equal(o, replays[0])
+    assert torch.equal(st.anc, base.anc)
+    for a, b in zip(st.store.tensors(), base.store.tensors()):
+        a, b = a.float(), b.float()
+        assert ((a - b).abs() <= 2 ** -6 * b.abs() + 1e-4 * b.abs().max()).all(), a.shape
 
 
 def _as_conv_split(q, k, v):
@@ -409,45 +305,28 @@ def _as_conv_split(q, k, v):
     return qs.unflatten(-1, q.shape[-2:]), ks.unflatten(-1, k.shape[-2:]), vs.unflatten(-1, v.shape[-2:])
 
 
-def test_ws_even_grid_is_head_aligned_and_never_wider():
-    """Config ws_even_upto (stop 29): at the steps it covers, the ws kernel's persistent grid splits the beam tiles
-    into equal ranges of whole heads (or whole fractions of one), never more programs than one per SM or one per
-    tile; elsewhere one program per SM. Only the grid changes, so a CPU test is enough here."""
-    from kernels.onela import launch_config
-    from kernels.onela_ws import _ws_programs, ws_launch_params
-    for nt, nbt in [(512, 8), (2048, 8), (1024, 8), (4096, 8), (128, 2), (96, 3), (60, 1), (264, 8), (133, 1)]:
-        plain, even = _ws_programs(nt, nbt, 132, False), _ws_programs(nt, nbt, 132, True)
-        assert plain == min(nt, 132) and 1 <= even <= plain, (nt, nbt)
-        per = nt // even
-        assert nt % even == 0 and (per % nbt == 0 or nbt % per == 0), (nt, nbt, even)
-    geo = GEOMETRIES["qwen3_5_0_8b"]
-    for R, want in ((4, 128), (16, 128)):       # 512 / 2,048 tiles: 4 / 16 per program, not 132 x 3-4 / 15-16
-        cfg = launch_config(geo.k, geo.v, 512, R, geo.hv, 132, geo.group)
-        assert ws_launch_params(cfg, geo, R, 512, 1, "step", 132)[0] == (132,)
-        for t in (0, 1, 5):
-            grid = ws_launch_params({**cfg, "ws_even_upto": 1}, geo, R, 512, t, "step", 132)[0]
-            assert grid == ((want,) if t <= 1 else (132,)), (R, t, grid)
-
-
-def test_ws_step_upto_runs_the_shallow_steps_in_one_launch():
-    """Config ws_step_upto (stop 30): where ws is "main" (G > 2: the prep kernel, then the ws kernel), steps <= it
-    launch the one-launch kernel alone; the other steps, and every step at its default -1, keep both launches."""
-    from kernels.onela import launch_config, step_launches
-    geo = GEOMETRIES["qwen3_5_397b"]
-    cfg = launch_config(geo.k, geo.v, 512, 4, geo.hv, 132, geo.group)
-    assert cfg["ws"] == "main"
-    for upto, one_launch in ((-1, ()), (1, (0, 1)), (5, range(6))):
+def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups():
+    """The warp-specialised kernel does the whole step in one launch where a key head has at most two value heads;
+    where it has more (G = 4: qwen3_5_397b), at steps 0-1 only, the prep kernel then it at the deeper steps. A
+    k-hat_t buffer of its own (one ring entry fewer) at the one-launch steps 0-1."""
+    for geometry, one_launch in (("qwen3_5_0_8b", range(6)), ("qwen3_5_397b", (0, 1))):
+        geo = GEOMETRIES[geometry]
+        cfg = launch_config(geo.k, geo.v, 512, 4, geo.hv, 132, geo.group)
         for t in range(6):
-            launches = step_launches({**cfg, "ws_step_upto": upto}, geo, 4, 512, t, interpret=False, ws_ok=True)
-            assert sorted(launches) == (["ws"] if t in one_launch else ["prep", "ws"]), (upto, t)
-            assert launches["ws"][1]["FUSE"] == (t in one_launch), (upto, t)
+            launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
+            assert sorted(launches) == (["ws"] if t in one_launch else ["prep", "ws"]), (geometry, t)
+            const = launches["ws"][1]
+            assert const["FUSE"] == (t in one_launch) and const["KH_OWN"] == (t <= 1) and \
+                const["NR"] == (4 if t <= 1 else 5), (geometry, t, const)
+            assert launches["ws"][0] == (132,)
+        assert "ws" not in step_launches({**cfg, "ws": False}, geo, 4, 512, 1, interpret=False, ws_ok=True)
 
 
 def test_ws_takes_the_models_conv_split_and_rejects_other_layouts():
     """The warp-specialised kernel reads q, k, v as evenly spaced rows (TMA / cp.async), so the model's split of
     its conv output qualifies; rows it cannot address that way, unaligned ones or another dtype go to the Triton
     kernels with the reason named (layout only: this runs on CPU)."""
-    from kernels.onela_ws import ws_layout_supports
+    from kernels.onela import ws_layout_supports
     wl = make_workload("qwen3_5_0_8b", 2, 64, 2, lineage="beam", seed=0)
     q, k, v = wl.q[0], wl.k[0], wl.v[0]
     out = torch.empty(2, 64, 16, 128, dtype=torch.bfloat16)
@@ -477,30 +356,29 @@ def test_gpu_ws_kernel_reads_the_models_conv_split():
         for t in range(wl.T):
             q, k, v = _as_conv_split(wl.q[t], wl.k[t], wl.v[t]) if split else (wl.q[t], wl.k[t], wl.v[t])
             st.step(t, q, k, v, wl.g[t], wl.beta[t], wl.parents[t], out[t])
-        assert "ws_all" in st.kernel_info and "main" not in st.kernel_info, st.kernel_info
+        assert set(st.kernel_info) == {"ws_step"}, st.kernel_info
         outs.append(out)
     assert torch.equal(outs[0], outs[1])
     assert max_abs_err(outs[1], ref) <= DEFAULT_TOLERANCE
 
 
 def test_inspect_compiles_hopper_kernels_without_a_gpu():
-    """`kernels.inspect` compiles the launch's kernels for sm_90a on this host (ptxas ships with Triton) and
-    reports registers / spills per step; at K = 256 the default (`qk_first`, since stop 18) issues each
-    K-chunk's q, k and S loads (16 128-bit loads per thread) before the chunk's first fp32 -> bf16 convert,
-    while v7's order (`qk_first` false) converts S before the q, k loads issue -- stop 17's K = 256 regression,
-    17-20 % (kernels/NOTES.md)."""
+    """`tools.inspect` compiles the launch's kernels for sm_90a on this host (ptxas ships with Triton) and reports
+    registers / spills per step; at K = 256 each K-chunk's q, k and S loads (16 128-bit loads per thread) issue
+    before the chunk's first fp32 -> bf16 convert (the other order serialises them: kernels/NOTES.md, "Triton
+    kernels")."""
     import os
     import subprocess
     import sys
 
-    from kernels.inspect import _nvidia_tool
+    from tools.inspect import _nvidia_tool
     for tool in ("ptxas", "cuobjdump"):
         if not os.access(_nvidia_tool(tool), os.X_OK):
             pytest.skip(f"Triton's {tool} not found at {_nvidia_tool(tool)} (a wheel without its NVIDIA binaries)")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
 
     def inspect(*args):
-        res = subprocess.run([sys.executable, "-m", "kernels.inspect", *args], env=env, capture_output=True,
+        res = subprocess.run([sys.executable, "-m", "tools.inspect", *args], env=env, capture_output=True,
                              text=True, timeout=600)
         assert res.returncode == 0, res.stderr[-2000:]
         return res.stdout.splitlines()
@@ -511,22 +389,15 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
     for ln in lines:
         assert 0 < int(ln.split(":")[1].split()[0]) <= 255, ln
 
-    def loads_before_first_convert(cfg):
-        out = inspect("--geometry", "range_k256_v256", "--R", "16", "--O", "3", "--steps", "1", "--order",
-                      "--config", cfg)
-        order = out[out.index(next(ln for ln in out if ln.startswith("step 1 main"))) + 1]
-        head = order.split("F2F")[0]
-        return sum(int(part.split(" x")[1]) for part in head.split(" | ") if part.strip().startswith("LDG"))
-
-    assert loads_before_first_convert("{}") >= 16
-    assert loads_before_first_convert('{"qk_first": false}') < 16
+    out = inspect("--geometry", "range_k256_v256", "--R", "16", "--O", "3", "--steps", "1", "--order")
+    order = out[out.index(next(ln for ln in out if ln.startswith("step 1 main"))) + 1]
+    head = order.split("F2F")[0]
+    assert sum(int(part.split(" x")[1]) for part in head.split(" | ") if part.strip().startswith("LDG")) >= 16
 
     # the warp-specialised Gluon kernel (the interpreter cannot run it; this is its CPU check): what the stepper
-    # launches per mode, no spills at the deepest step (the register split of stop 23), shared memory in the
-    # 227 KB an sm_90 block may take, and its async machinery in the SASS (TMA loads, cp.async gathers, wgmma)
-    # V = 256 (stop 30) runs each value head as two 128-column chunks: the same kernel; gdn_small's step 5 spills
-    # 8 bytes (2 registers, kernels/NOTES.md stop 30) and no more, its other steps none
-    # (G > 2: steps 0-1 in one launch since stop 30's ws_step_upto, the prep kernel first after them)
+    # launches, no spills at the deepest step (gdn_small's step 5, V = 256 as two 128-column chunks, spills 8
+    # bytes and no more), shared memory in the 227 KB an sm_90 block may take, and its async machinery in the SASS
+    # (TMA loads, cp.async gathers, wgmma, TMA stores). G > 2: the prep kernel first at steps past 1.
     for geometry, kernels5, spill5 in (("qwen3_5_0_8b", ["ws"], 0), ("qwen3_5_397b", ["prep", "ws"], 0),
                                        ("gdn_small", ["ws"], 8), ("range_hk4_hv16", ["prep", "ws"], 0)):
         out = inspect("--geometry", geometry, "--O", "7", "--steps", "0", "5", "--order")
@@ -538,8 +409,60 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
             assert spilled <= (spill5 if step == 5 else 0) and int(ws.split(", ")[-1].split()[0]) <= 227 * 1024, ws
         order = out[out.index(ws) + 1]
         assert all(op in order for op in ("UTMALDG", "LDGSTS", "HGMMA", "UTMASTG")), order
-    # stop 28's ws_kh_own_upto (k-hat_t through a buffer of its own, the ring one entry shorter) fits and does not spill
-    out = [ln for ln in inspect("--O", "7", "--steps", "0", "5", "--config", '{"ws_kh_own_upto": 5}')
-           if ln.startswith("step ")]
-    assert len(out) == 2 and all(" 0 bytes spilled" in ln and int(ln.split(", ")[-1].split()[0]) <= 227 * 1024
-                                 for ln in out), out
+
+
+def test_inspect_refuses_impossible_values_before_compiling(capsys):
+    """`tools.inspect` names a bad value and exits 2 (it used to print a report for R = 0 or a step past O)."""
+    from tools.inspect import main
+    for argv, message in ((["--R", "0"], "--R must be >= 1, got 0"),
+                          (["--O", "3", "--steps", "5"], "--steps [5] out of range 0..1"),
+                          (["--config", '{"ws_ring": 4}'], "unknown launch config key(s) ['ws_ring']")):
+        with pytest.raises(SystemExit) as e:
+            main(argv)
+        assert e.value.code == 2 and message in capsys.readouterr().err, argv
+
+
+def test_public_op_matches_the_naive_reference_and_refuses_misuse(device):
+    """`kernels.onela.OneLA` -- reset, then one call per step -- returns `onela_naive`'s outputs (fp64, one
+    explicit state per beam) within the CPU/GPU bound on a grouped geometry, W not a power of two, a real beam
+    lineage; its docstring example runs; it refuses a step before reset or past max_steps, and bad sizes."""
+    import doctest
+
+    import kernels.onela.op
+    assert doctest.testmod(kernels.onela.op, raise_on_error=False).failed == 0
+    geo, R, W, T = SMALL[0]
+    wl = make_workload(geo, R, W, T, lineage="beam", seed=4, device=device, prompt_len=16)
+    op = OneLA(R, W, T, num_k_heads=geo.hk, num_v_heads=geo.hv, head_k_dim=geo.k, head_v_dim=geo.v, device=device)
+    with pytest.raises(RuntimeError, match="call reset"):
+        op.step(wl.q[0], wl.k[0], wl.v[0], wl.g[0], wl.beta[0], wl.parents[0])
+    op.reset(wl.s_ctx)
+    outs = torch.stack([op.step(wl.q[t], wl.k[t], wl.v[t], wl.g[t], wl.beta[t], wl.parents[t]) for t in range(T)])
+    with pytest.raises(RuntimeError, match="max_steps=3"):
+        op.step(wl.q[0], wl.k[0], wl.v[0], wl.g[0], wl.beta[0], wl.parents[0])
+    ref = onela_naive(wl.s_ctx, wl.q, wl.k, wl.v, wl.g, wl.beta, wl.parents)
+    assert torch.allclose(ref, fullstate_decode(wl, torch.float64))
+    tol = (GPU_REL_TOL if device == "cuda" else CPU_REL_TOL) * ref.abs().max().item() + 2 ** -9 * ref.abs().max().item()
+    assert outs.dtype == torch.bfloat16 and (outs.double() - ref).abs().max().item() <= tol   # bf16 outputs
+    assert op.capacity_bytes == op._stepper.persistent_bytes() > 0
+    with pytest.raises(ValueError, match="num_v_heads=3 is not a multiple of num_k_heads=2"):
+        OneLA(1, 4, 2, num_k_heads=2, num_v_heads=3, head_k_dim=16, head_v_dim=16, device=device)
+    with pytest.raises(ValueError, match="beam_width must be a positive int, got 0"):
+        OneLA(1, 0, 2, num_k_heads=2, num_v_heads=2, head_k_dim=16, head_v_dim=16, device=device)
+
+
+def test_kernel_functions_take_bundled_arguments():
+    """Every Gluon function of the warp-specialised kernel takes at most 20 parameters (its arguments travel as
+    tuples: buffers, barriers, pointers, sizes; the TMA descriptors one by one into the kernel only), and the Triton kernels group inputs, records and
+    strides (checked on the source with ast, so it holds on any host)."""
+    import ast
+    import pathlib
+    root = pathlib.Path(__file__).resolve().parents[1] / "kernels" / "onela"
+    counts = {}
+    for name in ("ws.py", "triton_kernels.py"):
+        for node in ast.walk(ast.parse((root / name).read_text())):
+            if isinstance(node, ast.FunctionDef) and any(
+                    ast.unparse(d).endswith("jit") for d in node.decorator_list):
+                counts[(name, node.name)] = len(node.args.args)
+    assert counts[("ws.py", "onela_ws_kernel")] <= 19 and counts[("ws.py", "_producer")] <= 17
+    assert max(n for (f, _), n in counts.items() if f == "ws.py") <= 20, counts
+    assert max(n for (f, _), n in counts.items() if f == "triton_kernels.py") <= 26, counts

@@ -1,4 +1,4 @@
-"""Full-model decode (issue 6): prefill, pipeline, beam search, paths, checkpoints, the Fig 6 runner.
+"""Full-model decode (Fig 6): prefill, pipeline, beam search, paths, checkpoints, the Fig 6 runner.
 
 CPU tests use the TINY config (4 layers, GDN + gated attention, GQA in both). GPU tests (`pytest -m gpu`) cover
 graph capture, the prompt-attention kernels and the full Qwen3.5-0.8B geometry.
@@ -306,7 +306,7 @@ def _cells(paths, Ts=(2,)):
 
 
 def test_run_cells_on_cpu_rows(tmp_path):
-    from artifact.fullmodel_bench import run_cells
+    from sweeps.suites.full_model import run_cells
     ctx = SimpleNamespace(device=torch.device("cpu"), tolerance=DEFAULT_TOLERANCE, time_it=False,
                           results_dir=tmp_path, started=lambda c: None)
     cells = _cells(["reference_fullstate", "reference_replay", "vllm_fullstate"], Ts=(1, 3))
@@ -325,11 +325,11 @@ def test_run_cells_on_cpu_rows(tmp_path):
 
 
 def test_each_full_model_run_gets_its_own_inductor_cache(tmp_path, monkeypatch):
-    """A run's compiled kernels are autotuned in that run: no shared default Inductor cache (stop 18), but a
-    cache the user names is kept."""
+    """A run's compiled kernels are autotuned in that run: no shared default Inductor cache (its tuned picks
+    would carry over between runs), but a cache the user names is kept."""
     from torch._inductor.runtime.cache_dir_utils import default_cache_dir
 
-    from artifact.fullmodel_bench import private_inductor_cache
+    from sweeps.suites.full_model import private_inductor_cache
     for given in (None, default_cache_dir()):           # unset, or the default Inductor itself wrote back
         if given is None:
             monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
@@ -343,7 +343,7 @@ def test_each_full_model_run_gets_its_own_inductor_cache(tmp_path, monkeypatch):
 
 
 def test_profile_writes_a_per_kernel_table(tmp_path):
-    from artifact.fullmodel_bench import run_cells
+    from sweeps.suites.full_model import run_cells
     ctx = SimpleNamespace(device=torch.device("cpu"), tolerance=DEFAULT_TOLERANCE, time_it=False,
                           results_dir=tmp_path, started=lambda c: None)
     cells = _cells(["reference_fullstate"], Ts=(2,))
@@ -387,7 +387,7 @@ def test_full_model_floor_is_model_part_plus_each_gdn_layers_path_cost():
 
 
 def test_full_model_rows_carry_their_floor():
-    from artifact.fullmodel_bench import run_cells
+    from sweeps.suites.full_model import run_cells
     pytest.importorskip("kernels.onela")
     ceil = {"copy_bytes_per_s": 4e12, "bf16_flop_per_s": 7e14, "tf32_flop_per_s": 3.6e14, "fp32_flop_per_s": 5e13}
     ctx = SimpleNamespace(device=torch.device("cpu"), tolerance=DEFAULT_TOLERANCE, time_it=False, ceilings=ceil,
@@ -482,8 +482,8 @@ def test_gpu_graph_replay_equals_eager_and_passes_the_gate(path):
     print(path, "free-running replay picks the eager beams:", torch.equal(free.tokens, eager.tokens))
     t = time_decode(d, repeats=3, warmup=1)
     r = time_steppers(d, replay.parents[:3], repeats=3, warmup=1)
-    print(path, "decode-forward ms", t["median_ms"], "recurrent ms", r["median_ms"])
-    assert 0 < r["median_ms"] < t["median_ms"]
+    print(path, "decode-forward ms", t.median_ms, "recurrent ms", r.median_ms)
+    assert 0 < r.median_ms < t.median_ms and t.replays == r.replays == 3
 
 
 @pytest.mark.gpu
@@ -521,7 +521,7 @@ def test_gpu_decode_matches_the_no_cache_oracle_fp32():
 @pytest.mark.gpu
 def test_gpu_full_geometry_cells(tmp_path):
     """The real Fig 6 geometry end to end through the runner at a small beam (R=2, W=16, T=2, prompt 600)."""
-    from artifact.fullmodel_bench import run_cells
+    from sweeps.suites.full_model import run_cells
     ctx = SimpleNamespace(device=torch.device("cuda"), tolerance=DEFAULT_TOLERANCE, time_it=True,
                           results_dir=tmp_path, started=lambda c: None)
     geo = QWEN3_5_0_8B.geometry

@@ -23,9 +23,10 @@ from artifact.results import COLUMNS
 from artifact.workload import GEOMETRIES
 import sweeps.run as sweep_run
 from artifact.reference import fullstate_decode
-from sweeps import operator_runner, runners
+from sweeps import runners
 from sweeps.run import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, KILL_AFTER_ENV, run_sweep
 from sweeps.spec import ConfigError, shape_cells, shard_cells, validate
+from sweeps.suites import operator as operator_runner
 from sweeps.tables import ResultsFileError, fold_rerun, merge_shards, read_rows, write_rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -174,7 +175,7 @@ def test_smoke_suite_end_to_end_and_rerun_skips(tmp_path, capsys):
     wall = json.loads((res / "env" / f"{run_id}.wall.json").read_text())   # where the run's time went
     assert wall["cells"] == len(rows) and wall["wall_s"] > 0
     assert {p: w["cells"] for p, w in wall["by_path"].items()} == dict(Counter(r["path"] for r in rows))
-    from sweeps.operator_runner import BUILD, RELEASE    # per-shape work is booked apart from any path
+    from sweeps.suites.operator import BUILD, RELEASE    # per-shape work is booked apart from any path
     assert set(wall["shared"]) == {BUILD, RELEASE} and min(wall["shared"].values()) >= 0   # 0.1 s resolution
     assert sum(w["wall_s"] for w in wall["by_path"].values()) + sum(wall["shared"].values()) \
         <= wall["wall_s"] + 0.05 * (len(wall["by_path"]) + len(wall["shared"]) + 1)   # each is rounded to 0.1 s
@@ -256,8 +257,8 @@ def _fake_cuda(monkeypatch, count: int, seen: list):
 
 
 def test_the_pin_comes_before_cuda_is_first_asked_for_devices(monkeypatch):
-    """Regression: is_available() starts the CUDA driver, which ignores a later CUDA_VISIBLE_DEVICES; the pin
-    came after it, so both joblib shards ran on GPU 0 (run 2026-11-30, two processes on one GPU)."""
+    """is_available() starts the CUDA driver, which ignores a later CUDA_VISIBLE_DEVICES: a pin made after it
+    would leave every joblib shard on GPU 0, two processes on one GPU."""
     seen: list = []
     _fake_cuda(monkeypatch, count=1, seen=seen)
     assert sweep_run.resolve_device(_Hw(gpu=1)) == torch.device("cuda", 0)
@@ -350,9 +351,9 @@ def test_an_out_of_memory_cell_is_retried_once_after_freeing_memory(tmp_path, mo
 
 def test_no_path_object_outlives_its_cell(tmp_path, monkeypatch):
     """A path's state (its pools, a graph's private pool) is freed when its cell ends, not when its shape does:
-    once the runner kept every path of a shape alive to the shape's end, so on the H200 big shapes ran out
-    of memory and the next shape's supports() saw the GPU nearly full (results/operator.csv, run 695a92).
-    With gc off, every path object made so far must be gone by reference counting when each row arrives."""
+    paths of a shape kept alive to the shape's end hold every path's pools at once, so big shapes run out of
+    memory and the next shape's supports() sees the GPU nearly full. With gc off, every path object made so
+    far must be gone by reference counting when each row arrives."""
     import gc
     import weakref
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -384,7 +385,7 @@ def test_no_path_object_outlives_its_cell(tmp_path, monkeypatch):
 def test_a_paths_own_gate_applies_without_changing_the_cell(tmp_path, monkeypatch):
     """A path with a documented looser gate (vllm_replayssm) passes at an error between the run's tolerance and
     its own; the row keeps the run's tolerance (a defining field of the cell) and its reason names the gate.
-    (Regression: the runner once rewrote the cell's tolerance and the sweep aborted on the H200.)"""
+    (A runner that rewrote the cell's tolerance would abort the sweep: it checks every row's defining fields.)"""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
     def path_of(name):

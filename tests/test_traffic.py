@@ -1,6 +1,7 @@
-"""The traffic suite's measurement method (artifact/traffic.py): ncu output parsing, method fallback, the
-accounting of drain and copies, FLOP counts, and the parent/child wiring. GPU tests check the method on a
-copy of known size (the calibration) and a FullState run's writes against the bytes it must write."""
+"""The traffic suite's measurement method (sweeps/suites/traffic.py and its child process, traffic_child.py):
+ncu output parsing, method fallback, the accounting of drain and copies, FLOP counts, and the parent/child
+wiring. GPU tests check the method on a copy of known size (the calibration) and a FullState run's writes
+against the bytes it must write."""
 from __future__ import annotations
 
 import json
@@ -14,11 +15,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from artifact import traffic
-from artifact.traffic import (ATTEMPTS, DRAIN_KERNEL, NcuOutput, NcuResult, Outcome, TrafficOptions,
-                              analytic_flops, calibrate, calibration_note, measure_with_fallback, ncu_outcome,
-                              parse_ncu_output, per_kernel_outcome, to_bytes)
 from artifact.workload import Geometry
+from sweeps.suites import traffic, traffic_child
+from sweeps.suites.traffic import (ATTEMPTS, DRAIN_KERNEL, NcuOutput, NcuResult, Outcome, TrafficOptions, calibrate,
+                                   calibration_note, measure_with_fallback, ncu_outcome, parse_ncu_output,
+                                   per_kernel_outcome, to_bytes)
+from sweeps.suites.traffic_child import analytic_flops
 
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
           '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
@@ -216,11 +218,12 @@ def test_run_attempt_wires_ncu_flags_log_and_child(tmp_path):
                  "--replay-mode kernel", "--print-units base"):
         assert flag in " ".join(argv)
     assert argv[argv.index("--metrics") + 1] == "dram__bytes_read.sum,dram__bytes_write.sum"
-    assert argv[argv.index("--method") + 1] == "ncu" and "artifact.traffic" in argv
+    assert argv[argv.index("--method") + 1] == "ncu" and "sweeps.suites.traffic_child" in argv
 
 
 def test_range_replays_leave_out_profile_from_start(tmp_path):
-    """ncu refuses --profile-from-start in range replay (seen on the H200: every app-range attempt failed)."""
+    """ncu refuses --profile-from-start in range replay ("Option profile-from-start is not supported during range
+    replay"), so range replays go without it."""
     for name, wanted in (("ncu-kernel", True), ("ncu-application", True), ("ncu-app-range", False),
                          ("ncu-range", False)):
         argv = " ".join(traffic.ncu_argv("ncu", ATTEMPTS[name], tmp_path / "log"))
@@ -316,7 +319,7 @@ def test_projection_replay_count_is_onelas_own_cost():
 
 
 def test_onela_step_bytes_split_the_compulsory_bytes_by_step():
-    """kernels.launch_floor streams each step's bytes: per step they add up to onela_cost's total, every step
+    """tools.launch_floor streams each step's bytes: per step they add up to onela_cost's total, every step
     writes the same (o, the new GTR) plus its ancestry row, and a step reads more than step 0 by exactly the
     distinct ancestral records it replays."""
     onela = pytest.importorskip("kernels.onela")
@@ -338,21 +341,20 @@ def test_path_flops_prefers_cost_then_the_algorithm_class():
     from artifact.paths import get_path
     from artifact.workload import make_workload
     wl = make_workload(Geometry(1, 2, 4, 4), 1, 2, 2, prompt_len=2)
-    flops, source, _ = traffic.path_flops(get_path("reference_fullstate"), wl)
+    flops, source, _ = traffic_child.path_flops(get_path("reference_fullstate"), wl)
     assert source == "analytic:fullstate" and flops == analytic_flops("fullstate", wl.geometry, 1, 2, 2)["total"]
     modelled = SimpleNamespace(name="x", cost=lambda wl: {"flops": 7, "compulsory_bytes": 9, "rate": "tf32"})
-    assert traffic.path_flops(modelled, wl) == (7.0, "cost()", 9.0)
+    assert traffic_child.path_flops(modelled, wl) == (7.0, "cost()", 9.0)
     replay = SimpleNamespace(name="vllm_replayssm", cost=lambda wl: None)
-    flops, source, _ = traffic.path_flops(replay, wl)
+    flops, source, _ = traffic_child.path_flops(replay, wl)
     assert math.isnan(flops) and "replay_tail_len" in source
     replay.replay_tail_len = 3
-    assert traffic.path_flops(replay, wl)[0] == analytic_flops("state_replay", wl.geometry, 1, 2, 2, 3)["total"]
+    assert traffic_child.path_flops(replay, wl)[0] == analytic_flops("state_replay", wl.geometry, 1, 2, 2, 3)["total"]
 
 
 # ---------------------------------------------------------------- the child on a CPU, and the runner off-GPU
 
 def _child(tmp_path, cell, method="dry"):
-    from artifact import traffic_child
     out = tmp_path / "child.json"
     traffic_child.main(["--target", "path", "--cell", json.dumps(cell), "--method", method, "--out", str(out),
                         "--device", "cpu"])
@@ -373,7 +375,7 @@ def test_child_builds_the_sweeps_workload_checks_and_counts(tmp_path):
 
 def test_drain_and_copy_kernels_read_and_copy_what_they_should(device):
     """The helper kernels of the region: the drain reads every element once; the copy copies."""
-    from artifact.traffic_child import _calib_copy_kernel, read_all
+    from sweeps.suites.traffic_child import _calib_copy_kernel, read_all
     x = torch.randn(5000, device=device)
     partial = torch.zeros(3, device=device)
     read_all(x, partial, block=256)                  # 7 rounds of 3 programs x 256, the last one partial
@@ -422,7 +424,7 @@ def _copy_ratios(attempt_name, tmp_path, sizes=(1 << 30, 16 << 20)):
 def test_ncu_counts_a_copy_of_known_size(attempt, tmp_path):
     """1 GiB: the copy itself; 16 MiB: fits in L2, so its writes reach DRAM only through the drain. Both methods
     count a few MiB of writes more than the copy makes, whatever its size (H200: 3.5-3.8 MiB at 16 MiB, 2.8-3.3 MiB
-    at 1 GiB in every calibration so far; `results/traffic/calibration_sizes/`): the bound says so."""
+    at 1 GiB in the calibrations of `results/traffic/calibration_sizes/`): the bound says so."""
     cal, ratios = _copy_ratios(attempt, tmp_path)
     (big_r, big_w), (small_r, small_w) = ratios
     assert big_r == pytest.approx(1.0, rel=0.05) and big_w == pytest.approx(1.0, rel=0.05), cal

@@ -73,8 +73,8 @@ def merge_own_kv(o_p, lse_p, qg, k_own, v_own, scale: float, out_dtype=None):
     o_p [R, W, Hkv, G, D] (prompt part, normalised), lse_p [R, W, Hkv, G], qg [R, W, Hkv, G, D],
     k_own / v_own [R, W, n, Hkv, D] (or KvHistory's ancestry tuples). Returns [R, W, Hkv * G, D], fp32 or
     `out_dtype`. The products are broadcast multiply-and-sum, not einsum: n <= T keys per beam make einsum a
-    batch of tiny fp32 GEMMs (two per call: 60 cuBLAS launches, ~1.1 ms of a 1K O=7 search in the H200
-    profile); as a reduction, torch.compile fuses the whole merge -- layout changes and the final cast
+    batch of tiny fp32 GEMMs (two cuBLAS launches per call, each far from any GEMM's efficient size); as a
+    reduction, torch.compile fuses the whole merge -- layout changes and the final cast
     included -- into a few kernels.
     """
     k_own, v_own = own_kv(k_own), own_kv(v_own)     # ancestry-mode tuples are gathered here (beam_state)

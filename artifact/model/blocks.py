@@ -26,9 +26,10 @@ def conv_gates(x, hist: list, conv_w, a, b, A_log, dt_bias):
     list: ancestral inputs are gathered here, inside the (compiled) conv.
 
     Fresh outputs, not writes into the decoder's per-step buffers: Inductor's autotune benchmarks a kernel that
-    mutates an argument with a clone of that argument inside the timed call, which made the step-0 conv's two
-    launch configs (29 and 102 us per call) time alike at 137-267 us, so each process picked one at random
-    (stop 20, results/full_model_inductor_conv/autotune_log/). Nothing is mutated here, so nothing is cloned."""
+    mutates an argument with a clone of that argument inside the timed call, and the clone's cost hides the
+    difference between launch configs, so the pick becomes arbitrary per process (the step-0 conv's configs differ
+    several-fold; results/full_model_inductor_conv/autotune_log/). Nothing is mutated here, so nothing is
+    cloned."""
     mixed = causal_conv_step(hist, x, conv_w, read=window)
     g, beta = gdn_gates(a, b, A_log, dt_bias)
     return mixed, g, beta
@@ -67,9 +68,9 @@ class DecodeOps:
                 if hasattr(torch._dynamo.config, key):
                     setattr(torch._dynamo.config, key, max(64, getattr(torch._dynamo.config, key)))
         # No device-side bound check on gathered indices: the ancestry columns and parents are built in range
-        # (artifact.model.beam_state; CPU-tested), and Inductor's per-element `tl.device_assert` made OneLA's conv
-        # with the ancestral gather inside take 49 us per call instead of 31.5 (the conv without a gather: 30)
-        # in one H200 A/B (results/full_model_assert_ab/). Applied to every path; only OneLA's ops gather.
+        # (artifact.model.beam_state; CPU-tested), and Inductor's per-element `tl.device_assert` in the conv with
+        # the ancestral gather inside costs more than the gather itself (results/full_model_assert_ab/).
+        # Applied to every path; only OneLA's ops gather.
         opts = {"assert_indirect_indexing": False}
         for name, fn in FUNCTIONS.items():
             setattr(self, name, torch.compile(fn, fullgraph=True, dynamic=False, options=opts) if compile else fn)

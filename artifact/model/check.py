@@ -3,7 +3,7 @@
 A decode leaves each GDN layer's per-step inputs (q|k|v, g, beta) and outputs o in `BeamDecoder.gdn_io`, and its
 lineage in the BeamResult. The reference re-runs the plain-torch per-beam FullState stepper (fp32, from the
 full post-prompt S_ctx, with the same parents) on those inputs, layer by layer, and reports max |o - o_ref| --
-the same quantity, against the same oracle, as the operator suite's max_abs_err (DESIGN §4). A path whose
+the same quantity, against the same oracle, as the operator suite's max_abs_err (docs/design.md §5). A path whose
 recurrent state followed the wrong parents, started from a stale or wrong prompt state, or whose captured graph
 skipped a kernel (its outputs are poisoned with NaN before the checked replay) fails it.
 """

@@ -1,6 +1,6 @@
-"""Roofline floor of one beam search's decode-forward: the full_model suite's floor_ms (issue 7, item 4).
+"""Roofline floor of one beam search's decode-forward: the full_model suite's floor_ms (docs/design.md §5).
 
-The same lower bound as the operator suites' floors (DESIGN §4): compulsory bytes over the measured copy
+The same lower bound as the operator suites' floors: compulsory bytes over the measured copy
 bandwidth against FLOPs over the measured matrix rate of the precision used, whichever is longer. Over the T
 decode calls of one search:
 

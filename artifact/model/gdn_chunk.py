@@ -40,7 +40,7 @@ def _check(q, k, v, g, beta, initial_state):
 
 
 def recurrent_gated_delta(q, k, v, g, beta, initial_state=None, dtype=torch.float32):
-    """Token-by-token GDN (the definition, DESIGN §1); the oracle of `chunk_gated_delta`."""
+    """Token-by-token GDN (the definition, docs/design.md §1); the oracle of `chunk_gated_delta`."""
     _check(q, k, v, g, beta, initial_state)
     qh, kh, v, g, beta = _prep(q, k, v, g, beta, dtype)
     B, L, hv, V = v.shape

@@ -1,71 +1,38 @@
-"""CUDA-graph capture and GPU timing of a BeamDecoder (paper §4.2's decode-forward GPU time).
+"""CUDA-graph capture and GPU timing of a BeamDecoder (paper §4.2's decode-forward GPU time), through the
+project's timers (artifact.timing).
 
 - `capture(decoder)`: one eager warm-up decode (Triton compiles, cuBLAS picks kernels) on a side stream, then
   one graph per decode call t (static shapes; call 0 includes the steppers' reset), all in one memory pool and
   replayed in capture order.
 - `time_decode`: decode-forward time = sum over the T calls of each call's graph replay, measured by CUDA
   events around the replay; beam selection runs between calls, outside the events. Median / p20 / p80 over
-  repeated whole decodes. The host enqueues every repeat before reading any event, so the GPU never waits
-  for a launch inside a timed interval.
-- `time_steppers`: the recurrent-state share -- the same T steps of only the GDN steppers (18 layers), replayed
-  from the inputs the checked decode left in `gdn_io`, captured and timed the same way.
+  repeated whole decodes (artifact.timing.time_events).
+- `time_steppers`: the recurrent-state share -- the same T steps of only the GDN steppers (every GDN layer),
+  replayed from the inputs the checked decode left in `gdn_io`, captured and timed the same way.
 """
 from __future__ import annotations
 
-import statistics
-
 import torch
 
-
-def _side_stream_warmup(fn) -> None:
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        fn()
-    torch.cuda.current_stream().wait_stream(side)
-    torch.cuda.synchronize()
+from artifact.timing import Timing, capture_graph, record_each, time_events, warm_up
 
 
 def capture(decoder) -> list:
     """Capture decoder.forward(t) for t = 0..T-1 into decoder.graphs (needs a loaded prompt)."""
     if decoder.model.device.type != "cuda":
         raise RuntimeError("CUDA graphs need a CUDA device")
-    _side_stream_warmup(decoder.run)
+    warm_up(decoder.run)
     pool = torch.cuda.graph_pool_handle()
-    graphs = []
-    for t in range(decoder.T):
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=pool):
-            decoder.forward(t)
-        graphs.append(g)
+    graphs = [capture_graph(lambda t=t: decoder.forward(t), warmup=0, pool=pool)[0] for t in range(decoder.T)]
     decoder.graphs = graphs
     return graphs
 
 
-def _get_ahead() -> None:
-    """Give the GPU a little work so the host's first enqueued event does not wait on the host."""
-    if hasattr(torch.cuda, "_sleep"):
-        torch.cuda._sleep(2_000_000)
-
-
-def _summary(sums: list[float]) -> dict:
-    q = statistics.quantiles(sums, n=5) if len(sums) >= 2 else [sums[0]] * 4
-    return {"median_ms": statistics.median(sums), "p20_ms": q[0], "p80_ms": q[3], "samples_ms": sums}
-
-
-def time_decode(decoder, repeats: int = 10, warmup: int = 2) -> dict:
+def time_decode(decoder, repeats: int = 10, warmup: int = 2) -> Timing:
     """Decode-forward GPU time of whole beam searches on the captured graphs, or eager calls if never captured."""
     graphs = decoder.graphs is not None
-    for _ in range(warmup):
-        decoder.run(use_graphs=graphs)
-    torch.cuda.synchronize()
-    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-               for _ in range(decoder.T)] for _ in range(repeats)]
-    _get_ahead()
-    for ev in events:
-        decoder.run(use_graphs=graphs, events=ev)
-    torch.cuda.synchronize()
-    return _summary([sum(s.elapsed_time(e) for s, e in ev) for ev in events])
+    return time_events(lambda ev: decoder.run(use_graphs=graphs, events=ev), repeats, warmup,
+                       intervals=decoder.T)
 
 
 def capture_steppers(decoder, parents: torch.Tensor) -> tuple[list, torch.Tensor]:
@@ -82,31 +49,13 @@ def capture_steppers(decoder, parents: torch.Tensor) -> tuple[list, torch.Tensor
             q, k, v = decoder.split_qkv(io["mixed"][t])
             st.step(t, q, k, v, io["g"][t], io["beta"][t], static_parents[t], io["out"][t])
 
-    _side_stream_warmup(lambda: [steps(t) for t in range(decoder.T)])
+    warm_up(lambda: [steps(t) for t in range(decoder.T)])
     pool = torch.cuda.graph_pool_handle()
-    graphs = []
-    for t in range(decoder.T):
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, pool=pool):
-            steps(t)
-        graphs.append(g)
+    graphs = [capture_graph(lambda t=t: steps(t), warmup=0, pool=pool)[0] for t in range(decoder.T)]
     return graphs, static_parents     # the caller keeps the static input alive while it replays
 
 
-def time_steppers(decoder, parents: torch.Tensor, repeats: int = 10, warmup: int = 2) -> dict:
+def time_steppers(decoder, parents: torch.Tensor, repeats: int = 10, warmup: int = 2) -> Timing:
     """GPU time of the recurrent-state work alone over the T calls (all GDN layers), same timer as time_decode."""
     graphs, _static_parents = capture_steppers(decoder, parents)
-    for _ in range(warmup):
-        for g in graphs:
-            g.replay()
-    torch.cuda.synchronize()
-    events = [[(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-               for _ in graphs] for _ in range(repeats)]
-    _get_ahead()
-    for ev in events:
-        for g, (s, e) in zip(graphs, ev):
-            s.record()
-            g.replay()
-            e.record()
-    torch.cuda.synchronize()
-    return _summary([sum(s.elapsed_time(e) for s, e in ev) for ev in events])
+    return time_events(record_each([g.replay for g in graphs]), repeats, warmup, intervals=len(graphs))

@@ -1,5 +1,5 @@
 """Correctness of the `onela` path's default over the operator suite's shapes, no timing:
-`python -m kernels.suite_check [--geometry G ...]`.
+`python -m tools.suite_check [--geometry G ...]`.
 
 The GPU check of a kernel change before its timed sweep: for each geometry (default: the K = 128 ones, where
 the warp-specialised kernel runs) x R {4, 8, 16} x W {128, 256, 512} x T {2..6} -- the suite's shapes -- it runs
@@ -17,9 +17,9 @@ import time
 import torch
 
 from artifact.measure import DEFAULT_TOLERANCE, check_and_time
+from artifact.paths import get_path
 from artifact.reference import fullstate_decode
 from artifact.workload import make_workload
-from kernels.bench import _ConfiguredOneLA
 
 K128 = ["qwen3_5_0_8b", "kimi_linear", "qwen3_5_9b", "qwen3_5_27b", "qwen3_5_397b", "gdn_small", "range_hk4_hv16"]
 
@@ -29,13 +29,13 @@ def main(argv=None) -> int:
     ap.add_argument("--geometry", nargs="+", default=K128)
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("kernels.suite_check needs a CUDA GPU", file=sys.stderr)
+        print("tools.suite_check needs a CUDA GPU", file=sys.stderr)
         return 2
     worst, n, failed, t0 = 0.0, 0, 0, time.time()
     for T, R, W, geo in itertools.product([6, 2, 3, 4, 5], [4, 8, 16], [128, 256, 512], args.geometry):
         wl = make_workload(geo, R, W, T, lineage="beam", seed=0, device="cuda")
         ref = fullstate_decode(wl)
-        path = _ConfiguredOneLA()
+        path = get_path("onela")
         res = check_and_time(path, wl, ref, DEFAULT_TOLERANCE, time_it=False)
         n += 1
         failed += res.status != "ok"

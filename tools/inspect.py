@@ -1,18 +1,14 @@
-"""Compile OneLA's kernels for Hopper on any host, GPU or not: `python -m kernels.inspect [options]`.
+"""Compile OneLA's kernels for Hopper on any host, GPU or not: `python -m tools.inspect [options]`.
 
 Prints, per decode step and kernel, what Triton's compile for sm_90a allocates -- registers per thread, spilled
 bytes, shared memory (read from its cubin with the cuobjdump Triton ships) -- and with `--order` the main
 kernel's instruction classes in issue order (global loads, fp32 -> bf16 converts, tensor-core MMAs, stores,
-barriers), run-length encoded. Those decide a kernel's occupancy and
-whether its loads overlap; checking them costs no device time (stop 17 found K = 256's serialised loads this
-way, kernels/NOTES.md). The launch parameters come from `kernels.onela.step_launches`, the same function the
+barriers), run-length encoded. Those decide a kernel's occupancy and whether its loads overlap; checking them
+costs no device time. The launch parameters come from `kernels.onela.step_launches`, the same function the
 stepper launches with, and pointer / stride arguments are marked 16-divisible as Triton's launcher specialises
-them for real tensors (without that, loads compile unvectorised and the counts are meaningless). The numbers
-match what the H200 reported for the same configs (e.g. main 173 / 174 registers at K = 256; at K = 128 step 5,
-255 registers and 40 bytes spilled where `kernels.bench` printed 10 spilled 4-byte registers). Where the
-warp-specialised Gluon kernel runs instead (config ws, kernels/onela_ws.py) it is compiled with the parameters of
-that plan and reported as `ws` (registers: the launch's maxnreg; the partitions' split
-is set inside it). This is a compile report, not a timing.
+them for real tensors (without that, loads compile unvectorised and the counts are meaningless). Where the
+warp-specialised Gluon kernel runs it is compiled with the parameters of that plan and reported as `ws`
+(registers: the launch's maxnreg; the partitions' split is set inside it). This is a compile report, not a timing.
 """
 from __future__ import annotations
 
@@ -30,16 +26,22 @@ from triton.compiler import ASTSource
 from triton.experimental.gluon._runtime import GluonASTSource
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-from artifact.workload import get_geometry
-from kernels.onela import _onela_fused_kernel, _onela_main_kernel, _onela_prep_kernel, launch_config, step_launches
-from kernels.onela_ws import BB_TILE, VC_TILE, _onela_main_ws_kernel, ws_shape_supports
+from artifact.workload import GEOMETRIES, get_geometry
+from kernels.onela import CONFIG_KEYS, KERNELS, launch_config, step_launches, ws_shape_supports
+from kernels.onela.ws import BB_TILE, VC_TILE
 
-KERNELS = {"prep": _onela_prep_kernel, "main": _onela_main_kernel, "fused": _onela_fused_kernel,
-           "ws": _onela_main_ws_kernel}
-# runtime (non-constexpr) arguments: pointer dtype, or "i32"; T_CAP is the only int not 16-divisible in general
-_PTR = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "out_ptr": "*bf16", "delta_ptr": "*bf16",
-        "khat_ptr": "*bf16", "beta_ptr": "*fp32", "g_ptr": "*fp32", "s_ptr": "*fp32", "coef_ptr": "*fp32",
-        "alpha_ptr": "*fp32", "anc_ptr": "*i32", "par_ptr": "*i32", "anc_prev_ptr": "*i32", "anc_next_ptr": "*i32"}
+# Types of the runtime (non-constexpr) arguments, by name; a tuple argument's elements in order. "i32": an int,
+# marked 16-divisible unless named in _NOT_DIV16 (T_CAP; strides and sizes are multiples of 16 in the shapes
+# compiled here, as the launcher would specialise them).
+_BF16, _F32, _I32 = "*bf16", "*fp32", "*i32"
+_ARGS = {
+    "q_ptr": _BF16, "k_ptr": _BF16, "g_ptr": _F32, "par_ptr": _I32, "anc_prev_ptr": _I32, "anc_next_ptr": _I32,
+    "alpha_ptr": _F32, "khat_ptr": _BF16, "coef_ptr": _F32, "s_ptr": _F32, "anc_ptr": _I32, "out_ptr": _BF16,
+    "inputs": (_BF16, _BF16, _BF16, _F32, _F32), "records": (_F32, _BF16, _BF16),
+    "ptrs": (_I32, _I32, _I32, _F32, _F32, _BF16, _F32, _F32, _BF16, _BF16),
+    "sq": ("i32",) * 3, "sv": ("i32",) * 3, "dims": ("i32",) * 5,
+}
+_NOT_DIV16 = {("T_CAP",), ("dims", 3)}
 
 
 def _tensordesc(block) -> str:
@@ -76,13 +78,18 @@ def compile_kernel(name: str, const: dict, opts: dict) -> dict:
     for i, arg in enumerate(fn.arg_names):
         if arg in const:
             sig[arg] = "constexpr"
-            continue
-        if arg.endswith("_desc"):       # the ws kernel's TMA descriptors: S tiles [128, K], the others [64, 128]
-            sig[arg] = _tensordesc([VC_TILE, const["K"]] if arg == "s_desc" else [BB_TILE, const["K"]])
-            continue
-        sig[arg] = _PTR.get(arg, "i32")
-        if arg != "T_CAP":
-            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif arg.endswith("_desc"):     # the ws kernel's TMA descriptors: S tiles [128, K], out / delta rows
+            sig[arg] = _tensordesc({"s_desc": [VC_TILE, const["K"]], "out_desc": [BB_TILE, VC_TILE],   # [64, 128],
+                                    "dst_desc": [BB_TILE, VC_TILE]}.get(arg, [BB_TILE, const["K"]]))   # the rest [64, K]
+        elif isinstance(_ARGS.get(arg, "i32"), tuple):
+            sig[arg] = _ARGS[arg]
+            for j in range(len(_ARGS[arg])):
+                if (arg, j) not in _NOT_DIV16:
+                    attrs[(i, j)] = [["tt.divisibility", 16]]
+        else:
+            sig[arg] = _ARGS.get(arg, "i32")
+            if (arg,) not in _NOT_DIV16:
+                attrs[(i,)] = [["tt.divisibility", 16]]
     options = {k: v for k, v in opts.items() if k in ("num_warps", "num_stages", "maxnreg")}
     source = GluonASTSource if name == "ws" else ASTSource
     ck = triton.compile(source(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=options)
@@ -107,34 +114,40 @@ def issue_order(cubin: bytes) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--geometry", default="qwen3_5_0_8b")
+    ap.add_argument("--geometry", default="qwen3_5_0_8b", choices=sorted(GEOMETRIES))
     ap.add_argument("--R", type=int, default=4)
     ap.add_argument("--W", type=int, default=512)
     ap.add_argument("--O", type=int, default=7, help="output tokens: steps 0..O-2 are compiled")
-    ap.add_argument("--config", type=json.loads, default={}, help="launch config overrides (JSON)")
+    ap.add_argument("--config", type=json.loads, default={},
+                    help=f"launch config overrides (JSON; keys {', '.join(CONFIG_KEYS)})")
     ap.add_argument("--steps", type=int, nargs="*", help="only these steps (default: all)")
     ap.add_argument("--order", action="store_true", help="also print the main kernel's instruction order")
     args = ap.parse_args(argv)
+    for name, value, low in (("--R", args.R, 1), ("--W", args.W, 1), ("--O", args.O, 2)):
+        if value < low:
+            ap.error(f"{name} must be >= {low}, got {value}")
+    steps = args.steps if args.steps is not None else list(range(args.O - 1))
+    bad = [t for t in steps if not 0 <= t <= args.O - 2]
+    if bad:
+        ap.error(f"--steps {bad} out of range 0..{args.O - 2} (--O {args.O})")
+    unknown = sorted(set(args.config) - set(CONFIG_KEYS))
+    if unknown:
+        ap.error(f"unknown launch config key(s) {unknown}; known: {', '.join(CONFIG_KEYS)}")
     if os.environ.get("TRITON_INTERPRET") == "1":   # the interpreter replaced the @triton.jit kernels: recompile
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}     # in a process without it
-        cmd = [sys.executable, "-m", "kernels.inspect", *(sys.argv[1:] if argv is None else argv)]
+        cmd = [sys.executable, "-m", "tools.inspect", *(sys.argv[1:] if argv is None else argv)]
         return subprocess.run(cmd, env=env).returncode
     geo = get_geometry(args.geometry)
-    default = launch_config(geo.k, geo.v, args.W, args.R, geo.hv, G=geo.group)
-    unknown = sorted(set(args.config) - set(default))
-    if unknown:
-        print(f"kernels.inspect: unknown launch config key(s) {unknown}", file=sys.stderr)
-        return 2
-    cfg = {**default, **args.config}
+    cfg = {**launch_config(geo.k, geo.v, args.W, args.R, geo.hv, G=geo.group), **args.config}
     print(f"{args.geometry} R={args.R} W={args.W} O={args.O} sm_90a; config overrides {args.config or 'none'}")
     ws_ok = ws_shape_supports(geo, args.W) is None      # the shape's part; inputs are taken as contiguous
-    for t in args.steps if args.steps is not None else range(args.O - 1):
+    for t in steps:
         for name, (grid, const, opts) in step_launches(cfg, geo, args.R, args.W, t, interpret=False,
                                                        ws_ok=ws_ok).items():
             rep = compile_kernel(name, const, opts)
             print(f"step {t} {name:5s} grid {grid}: {rep['registers']} registers, {rep['spill_bytes']} bytes "
                   f"spilled, {rep['shared_bytes']} bytes shared", flush=True)
-            if args.order and name in ("main", "fused", "ws"):
+            if args.order and name in ("main", "ws"):
                 print("  " + issue_order(rep["cubin"]), flush=True)
     return 0
 

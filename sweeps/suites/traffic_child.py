@@ -1,9 +1,9 @@
 """The child process of the traffic suite (paper §4.4, Fig 8c): one measured region in a fresh process.
 
-`python -m artifact.traffic child ...` builds one cell's workload exactly as the sweep does
-(artifact.workload.make_workload with the cell's fields), prepares the path and warms it up twice (so
-autotuning and compilation stay outside), checks the output against FP32 FullState, and only then runs the
-measured region:
+`python -m sweeps.suites.traffic_child ...` (started by sweeps.suites.traffic, under a profiler) builds one
+cell's workload exactly as the sweep does (artifact.workload.make_workload with the cell's fields), prepares
+the path and warms it up twice (so autotuning and compilation stay outside), checks the output against FP32
+FullState, and only then runs the measured region:
 
     read a clean 4xL2 buffer A         L2 holds only clean lines: nothing of the workload, nothing dirty
     range 1: path.run(wl) (eager)      every kernel (and memcpy) of the T decode steps
@@ -13,13 +13,16 @@ Range 1's reads and ranges 1+2's writes are the path's DRAM traffic; the drain's
 ranges are bracketed per method: cudaProfilerStart/Stop for Nsight Compute (run by the parent), a CUPTI
 PM-sampling window each, or a torch.profiler session. The run is eager, not graph-replayed: one ordinary
 run() issues the same kernels as the captured graph, and profilers see eager launches reliably.
-The target can instead be a copy of known size (the calibration: read n, write n).
+The target can instead be a copy of known size (the calibration: read n, write n). The child also counts the
+cell's FLOPs (`path_flops`), from the prepared path and its workload.
 Writes one JSON object to --out; never raises past main (a failure is a JSON status).
+This module imports nothing of the runner (sweeps.suites.traffic), which imports the names both share from here.
 """
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 import traceback
@@ -29,7 +32,7 @@ import triton
 import triton.language as tl
 
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
-DRAIN_KERNEL = "_l2_read_kernel"
+DRAIN_KERNEL = "_l2_read_kernel"     # the runner tells the drain from the run's kernels by this name
 
 
 @triton.jit
@@ -85,6 +88,82 @@ class L2Buffers:
         torch.cuda.synchronize()
 
 
+# ---- FLOPs of the cell (docs/design.md §1) ----
+
+ALGORITHMS = ("fullstate", "projection_replay", "state_replay")
+
+# The algorithm class of each registered path, used only when the path has no cost().
+PATH_ALGORITHM = {
+    "reference_fullstate": "fullstate", "controlled_fullstate": "fullstate", "vllm_fullstate": "fullstate",
+    "sglang_fullstate": "fullstate", "flashinfer_fullstate": "fullstate", "trtllm_fullstate": "fullstate",
+    "reference_replay": "projection_replay", "onela": "projection_replay",
+    "vllm_replayssm": "state_replay", "sglang_replayssm": "state_replay",
+}
+
+
+def analytic_flops(algorithm: str, geometry, R: int, W: int, T: int, replay_tail: int = 0) -> dict:
+    """FLOPs of the GDN decode math of one algorithm class over T steps of R x W beams (docs/design.md §1).
+
+    A multiply-add counts 2, any other arithmetic op 1. Per beam, value head and step t (0-based):
+      fullstate          S k-hat 2VK + update S <- aS + d k-hat^T 3VK + S q-hat 2VK + d = b(v - a Sk) 3V
+      projection_replay  S_ctx q-hat, S_ctx k-hat 4VK; per ancestral record (t of them) two K-dots 4K and
+                         two accumulator updates u <- a u + d s 4V; final d and o 6V + 2K (as onela_cost)
+      state_replay       ReplaySSM: the beam replays `replay_tail` prompt-tail tokens plus its t earlier
+                         tokens from the checkpoint, each S k-hat 2VK + update 3VK + d 3V, then the
+                         current token as fullstate
+    The l2 norms, exp(g) and the K^-1/2 scale are left out (O(K) per key head, < 0.1% at K = V = 128).
+    Returns the total and its parts; `state_matvec` (the products with a [V, K] state) is what
+    torch.utils.flop_counter counts for the plain-torch references.
+    """
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
+    V, K = geometry.v, geometry.k
+    VK = V * K
+    parts = {"state_matvec": 0, "state_update": 0, "records": 0, "vector": 0}
+    for t in range(T):
+        if algorithm == "fullstate":
+            replayed = 0
+        elif algorithm == "state_replay":
+            replayed = replay_tail + t
+        else:
+            replayed = None
+        if replayed is not None:
+            parts["state_matvec"] += replayed * 2 * VK + 4 * VK
+            parts["state_update"] += replayed * 3 * VK + 3 * VK
+            parts["vector"] += replayed * 3 * V + 3 * V
+        else:
+            parts["state_matvec"] += 4 * VK
+            parts["records"] += t * (4 * K + 4 * V)
+            parts["vector"] += 6 * V + 2 * K
+    scale = R * W * geometry.hv
+    parts = {k: v * scale for k, v in parts.items()}
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def path_flops(path, wl) -> tuple[float, str, float]:
+    """(flops, where the count comes from, compulsory bytes) of a prepared path on its workload."""
+    try:
+        cost = path.cost(wl)
+    except Exception as e:  # noqa: BLE001 - a broken cost() must not lose the measurement
+        cost, why = None, f"cost() raised {type(e).__name__}: {e}"
+    else:
+        why = ""
+    compulsory = float(cost["compulsory_bytes"]) if cost and cost.get("compulsory_bytes") is not None else math.nan
+    if cost and cost.get("flops") is not None:
+        return float(cost["flops"]), "cost()", compulsory
+    algorithm = PATH_ALGORITHM.get(getattr(path, "name", ""))
+    if algorithm is None:
+        return math.nan, f"unknown: no cost() and no algorithm class for {path.name!r} {why}".strip(), compulsory
+    tail = 0
+    if algorithm == "state_replay":
+        tail = getattr(path, "replay_tail_len", None)
+        if tail is None:
+            return math.nan, "unknown: ReplaySSM path has no cost() and no replay_tail_len", compulsory
+    total = analytic_flops(algorithm, wl.geometry, wl.R, wl.W, wl.T, replay_tail=int(tail))["total"]
+    return float(total), f"analytic:{algorithm}" + (f"(tail={tail})" if algorithm == "state_replay" else ""), compulsory
+
+
 # ---- targets: what range 1 runs ----
 
 class PathTarget:
@@ -127,7 +206,6 @@ class PathTarget:
             self.info.update(max_abs_err=err, tolerance=tolerance)
             if not err <= tolerance:
                 self.fail_reason = f"max_abs_err {err:.3e} > tolerance {tolerance:.3e}"
-        from artifact.traffic import path_flops
         flops, source, compulsory = path_flops(self.path, self.wl)
         self.info.update(flops=flops, flops_source=source, compulsory_bytes=compulsory)
         del out
@@ -281,7 +359,7 @@ def region_torch_profiler(target, bufs: L2Buffers) -> dict:
 # ---- entry ----
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(prog="python -m artifact.traffic child")
+    ap = argparse.ArgumentParser(prog="python -m sweeps.suites.traffic_child")
     ap.add_argument("--target", choices=("path", "copy"), required=True)
     ap.add_argument("--cell", help="the cell as JSON (target=path)")
     ap.add_argument("--nbytes", type=int, help="copy size (target=copy)")
@@ -343,3 +421,7 @@ def main(argv=None) -> int:
     with open(args.out, "w") as f:
         json.dump(rec, f, default=str)
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,12 +1,13 @@
-"""DRAM traffic and arithmetic intensity of each path (paper §4.4, Fig 8c; DESIGN §4): the `traffic` suite.
+"""DRAM traffic and arithmetic intensity of each path (paper §4.4, Fig 8c; docs/design.md §5): the `traffic`
+suite's runner.
 
-For every cell, a fresh child process (artifact/traffic_child.py) runs the path's whole T-step run() once,
-eagerly, after prepare, warm-up and the FP32 FullState check, and a *method* reads the DRAM counters
+For every cell, a fresh child process (`python -m sweeps.suites.traffic_child`) runs the path's whole T-step
+run() once, eagerly, after prepare, warm-up and the FP32 FullState check, and a *method* reads the DRAM counters
 dram__bytes_read.sum / dram__bytes_write.sum over it. Methods are tried in order until one has measured the
 whole run; the row names the method that produced its numbers and every earlier attempt's failure:
 
   ncu-kernel         Nsight Compute, kernel replay: one counter result per kernel, summed
-  ncu-kernel-retry   the same in a new process ("Failed to prepare kernel for profiling" has been intermittent)
+  ncu-kernel-retry   the same in a new process ("Failed to prepare kernel for profiling" is intermittent)
   ncu-app-range      Nsight Compute application range replay: counters over the whole run, no per-kernel
                      preparation (and memcpys inside the range are counted by the hardware)
   ncu-range          Nsight Compute in-process range replay (same, API capture instead of re-running)
@@ -25,8 +26,10 @@ those kernels, and memcpy/memset bytes, which per-kernel profiling cannot see, a
 MiB that fits in L2 so its writes are seen only through the drain): measured/expected goes into the
 reason and results/env/<run_id>.traffic.json. Per-kernel bytes of every cell: results/traffic/<run_id>/.
 
-FLOPs: path.cost(wl)["flops"] when the path models itself, else analytic_flops() of its algorithm class.
-Arithmetic intensity = flops / (dram_read_bytes + dram_write_bytes).
+FLOPs: the child counts them (traffic_child.path_flops: path.cost(wl)["flops"] when the path models itself,
+else analytic_flops() of its algorithm class). Arithmetic intensity = flops / (dram_read_bytes +
+dram_write_bytes). This module takes the names both sides share (the metrics, the drain kernel's name) from
+the child's module; the child imports nothing from here.
 """
 from __future__ import annotations
 
@@ -42,85 +45,10 @@ import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
-REPO_ROOT = Path(__file__).resolve().parents[1]
-DRAIN_KERNEL = "_l2_read_kernel"     # artifact.traffic_child's drain kernel, recognised by name
+from sweeps.suites.traffic_child import DRAIN_KERNEL, METRICS    # the drain kernel is recognised by name
 
-
-# ---------------------------------------------------------------- FLOPs (DESIGN §1)
-
-ALGORITHMS = ("fullstate", "projection_replay", "state_replay")
-
-# The algorithm class of each registered path, used only when the path has no cost().
-PATH_ALGORITHM = {
-    "reference_fullstate": "fullstate", "controlled_fullstate": "fullstate", "vllm_fullstate": "fullstate",
-    "sglang_fullstate": "fullstate", "flashinfer_fullstate": "fullstate", "trtllm_fullstate": "fullstate",
-    "reference_replay": "projection_replay", "onela": "projection_replay",
-    "vllm_replayssm": "state_replay", "sglang_replayssm": "state_replay",
-}
-
-
-def analytic_flops(algorithm: str, geometry, R: int, W: int, T: int, replay_tail: int = 0) -> dict:
-    """FLOPs of the GDN decode math of one algorithm class over T steps of R x W beams (DESIGN §1).
-
-    A multiply-add counts 2, any other arithmetic op 1. Per beam, value head and step t (0-based):
-      fullstate          S k-hat 2VK + update S <- aS + d k-hat^T 3VK + S q-hat 2VK + d = b(v - a Sk) 3V
-      projection_replay  S_ctx q-hat, S_ctx k-hat 4VK; per ancestral record (t of them) two K-dots 4K and
-                         two accumulator updates u <- a u + d s 4V; final d and o 6V + 2K (as onela_cost)
-      state_replay       ReplaySSM: the beam replays `replay_tail` prompt-tail tokens plus its t earlier
-                         tokens from the checkpoint, each S k-hat 2VK + update 3VK + d 3V, then the
-                         current token as fullstate
-    The l2 norms, exp(g) and the K^-1/2 scale are left out (O(K) per key head, < 0.1% at K = V = 128).
-    Returns the total and its parts; `state_matvec` (the products with a [V, K] state) is what
-    torch.utils.flop_counter counts for the plain-torch references.
-    """
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
-    V, K = geometry.v, geometry.k
-    VK = V * K
-    parts = {"state_matvec": 0, "state_update": 0, "records": 0, "vector": 0}
-    for t in range(T):
-        if algorithm == "fullstate":
-            replayed = 0
-        elif algorithm == "state_replay":
-            replayed = replay_tail + t
-        else:
-            replayed = None
-        if replayed is not None:
-            parts["state_matvec"] += replayed * 2 * VK + 4 * VK
-            parts["state_update"] += replayed * 3 * VK + 3 * VK
-            parts["vector"] += replayed * 3 * V + 3 * V
-        else:
-            parts["state_matvec"] += 4 * VK
-            parts["records"] += t * (4 * K + 4 * V)
-            parts["vector"] += 6 * V + 2 * K
-    scale = R * W * geometry.hv
-    parts = {k: v * scale for k, v in parts.items()}
-    parts["total"] = sum(parts.values())
-    return parts
-
-
-def path_flops(path, wl) -> tuple[float, str, float]:
-    """(flops, where the count comes from, compulsory bytes) of a prepared path on its workload."""
-    try:
-        cost = path.cost(wl)
-    except Exception as e:  # noqa: BLE001 - a broken cost() must not lose the measurement
-        cost, why = None, f"cost() raised {type(e).__name__}: {e}"
-    else:
-        why = ""
-    compulsory = float(cost["compulsory_bytes"]) if cost and cost.get("compulsory_bytes") is not None else math.nan
-    if cost and cost.get("flops") is not None:
-        return float(cost["flops"]), "cost()", compulsory
-    algorithm = PATH_ALGORITHM.get(getattr(path, "name", ""))
-    if algorithm is None:
-        return math.nan, f"unknown: no cost() and no algorithm class for {path.name!r} {why}".strip(), compulsory
-    tail = 0
-    if algorithm == "state_replay":
-        tail = getattr(path, "replay_tail_len", None)
-        if tail is None:
-            return math.nan, "unknown: ReplaySSM path has no cost() and no replay_tail_len", compulsory
-    total = analytic_flops(algorithm, wl.geometry, wl.R, wl.W, wl.T, replay_tail=int(tail))["total"]
-    return float(total), f"analytic:{algorithm}" + (f"(tail={tail})" if algorithm == "state_replay" else ""), compulsory
+REPO_ROOT = Path(__file__).resolve().parents[2]
+CHILD_MODULE = "sweeps.suites.traffic_child"
 
 
 # ---------------------------------------------------------------- Nsight Compute output
@@ -359,7 +287,7 @@ def options_from_cfg(cfg) -> TrafficOptions:
 
 
 def child_argv(target_args: list[str], method: str, out: Path, opts: TrafficOptions, device: str | None) -> list[str]:
-    argv = [sys.executable, "-m", "artifact.traffic", "child", *target_args, "--method", method, "--out", str(out),
+    argv = [sys.executable, "-m", CHILD_MODULE, *target_args, "--method", method, "--out", str(out),
             "--pm-interval-ns", str(opts.pm_interval_ns)]
     if device:
         argv += ["--device", device]
@@ -573,7 +501,7 @@ def run_cells(cfg, cells: list[dict], ctx):
 def _cli_cell(argv) -> int:
     import argparse
     from types import SimpleNamespace
-    ap = argparse.ArgumentParser(prog="python -m artifact.traffic cell")
+    ap = argparse.ArgumentParser(prog="python -m sweeps.suites.traffic cell")
     ap.add_argument("--path", required=True)
     ap.add_argument("--geometry", default="qwen3_5_0_8b")
     ap.add_argument("--R", type=int, default=4)
@@ -598,7 +526,7 @@ def _cli_cell(argv) -> int:
 
 def _cli_calibrate(argv) -> int:
     import argparse
-    ap = argparse.ArgumentParser(prog="python -m artifact.traffic calibrate")
+    ap = argparse.ArgumentParser(prog="python -m sweeps.suites.traffic calibrate")
     ap.add_argument("--attempts", default="ncu-kernel,ncu-app-range")
     ap.add_argument("--sizes", default=f"{1 << 30},{16 << 20}")
     ap.add_argument("--workdir", default="results/traffic_cli")
@@ -613,10 +541,10 @@ def _cli_calibrate(argv) -> int:
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    commands = {"child": lambda rest: __import__("artifact.traffic_child", fromlist=["main"]).main(rest),
-                "cell": _cli_cell, "calibrate": _cli_calibrate}
+    commands = {"cell": _cli_cell, "calibrate": _cli_calibrate}
     if not argv or argv[0] not in commands:
-        print("usage: python -m artifact.traffic {child|cell|calibrate} ...", file=sys.stderr)
+        print("usage: python -m sweeps.suites.traffic {cell|calibrate} ...  (the child: python -m "
+              f"{CHILD_MODULE} ...)", file=sys.stderr)
         return 2
     return commands[argv[0]](argv[1:])
 

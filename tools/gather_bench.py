@@ -1,4 +1,4 @@
-"""How fast can 256 B GTR rows be gathered at the beam workload's ancestry pattern? `python -m kernels.gather_bench`
+"""How fast can 256 B GTR rows be gathered at the beam workload's ancestry pattern? `python -m tools.gather_bench`
 (a benchmark, GPU only; results/kernels/gather_bw_*.log).
 
 The floor of kernels.onela.onela_cost moves each distinct ancestral record at copy bandwidth; this measures what a
@@ -7,10 +7,10 @@ kernel that does nothing but the gathers reaches.
 Store of 256 B bf16 rows (k-hat / delta records, K = 128). A Triton kernel sums, per (beam, head),
 its 5 ancestral rows of step 5 (depth j gathered at slot anc[5, r, b, j]) and writes the sum: 5 gathered rows read,
 one written, per (beam, head). Patterns: the real ancestry (lineage 'beam'), the identity (every slot = b: the same
-bytes, streamed) and the grid ordered heads-fastest; the store as [T, R, W, H, 128] (GtrStore's memory order
-before stop 25) or [T, R, H, W, 128] (since: a head's rows of one step contiguous, so a beam tile's rows are near
-one another). Reference: a torch copy of the
-same bytes."""
+bytes, streamed) and the grid ordered heads-fastest; the store as [T, R, W, H, 128] (`store_rwh`) or
+[T, R, H, W, 128] (`store_rhw`: GtrStore's memory order, a head's rows of one step contiguous, so a beam tile's
+rows are near one another). Reference: a torch copy of the same bytes. Each kernel is captured in a CUDA graph and
+timed by artifact.timing.time_replay (median, L2 flushed before each replay)."""
 import json
 import os
 
@@ -19,8 +19,14 @@ import triton
 import triton.language as tl
 
 from artifact.ancestry import build
+from artifact.timing import capture_graph, time_replay
 from artifact.workload import make_workload
-from kernels.onela_ws import _rec
+
+
+@triton.jit
+def _row_rhw(t, r, h, b, R, H, W):
+    """Row of record (step t, request r, head h, beam slot b) in GtrStore's memory order ([T, R, H, W] rows)."""
+    return ((t * R + r) * H + h) * W + b
 
 
 @triton.jit
@@ -36,7 +42,7 @@ def gather_sum(store_ptr, anc_ptr, out_ptr, R, W, H, T_CAP, STEP: tl.constexpr, 
     for j in tl.static_range(STEP):
         slot = tl.load(anc_ptr + (r * W + offs_b) * T_CAP + j)
         if HW:
-            row = _rec(j, r, h, slot, R, H, W)      # GtrStore's memory order, as the kernels address it
+            row = _row_rhw(j, r, h, slot, R, H, W)
         else:
             row = ((j * R + r) * W + slot) * H + h
         acc += tl.load(store_ptr + row.to(tl.int64)[:, None] * K + offs_k[None, :]).to(tl.float32)
@@ -44,18 +50,14 @@ def gather_sum(store_ptr, anc_ptr, out_ptr, R, W, H, T_CAP, STEP: tl.constexpr, 
 
 
 def bench(fn) -> float:
-    """Median ms of `fn` captured in a CUDA graph (L2 flushed between replays by do_bench)."""
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return triton.testing.do_bench(lambda: g.replay(), warmup=20, rep=100, return_mode="median")
+    """Median ms of `fn` captured in a CUDA graph (L2 flushed before each replay)."""
+    graph, _ = capture_graph(fn, warmup=1)
+    return time_replay(graph.replay, warmup_ms=20, rep_ms=100, stats="statistics").median_ms
 
 
 def main():
     if not torch.cuda.is_available():
-        raise SystemExit("kernels.gather_bench needs a CUDA GPU (CPU timings are not performance)")
+        raise SystemExit("tools.gather_bench needs a CUDA GPU (CPU timings are not performance)")
     W, T, H, K, STEP = 512, 6, 16, 128, 5
     out = {}
     for R in (4, 16):

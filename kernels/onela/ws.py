@@ -1,48 +1,55 @@
-"""OneLA's decode step, warp-specialised (Gluon, Hopper): config `ws` of the `onela` path (kernels/NOTES.md, stop 23).
+"""OneLA's decode step, warp-specialised (Gluon, Hopper): the `onela` path's kernel where it applies.
 
-The Triton main kernel (kernels/onela.py) runs, per warp, the chain load q, k -> MMA -> gather the ancestral delta
-rows -> epilogue -> store, at 8 warps per SM: latency-bound (stop 21's ncu: 1.9 active warps per scheduler, 40 %
-of stalls on global-load scoreboards). Here each persistent program (one per SM) splits the work by role:
-- a producer warpgroup issues every load: the S_ctx tile (bf16, TMA, once per (request, value head)), each beam
-  tile's q and k (TMA, two stages), then the ancestral rows gathered through the ancestry row and finally the
-  tile's v (cp.async, into a ring of NR [BB, 128] bf16 entries);
-- the default partition (two warpgroups, each owning half of the V columns) consumes them: both projections on
-  the tensor cores (wgmma against the S tile in shared memory), the closed-form replay from the ring, delta_t and
-  o_t, stored by TMA from shared memory.
+The Triton main kernel (`kernels/onela/triton_kernels.py`) runs, per warp, the chain load q, k -> MMA -> gather the
+ancestral delta rows -> epilogue -> store, and is latency-bound (few active warps per scheduler, most stalls on
+global-load scoreboards). Here each persistent program (one per SM) splits the work by role:
+- a producer warpgroup (`_producer`) issues every load: the S_ctx tile (bf16, TMA, once per (request, value
+  head)), each beam tile's q and k (TMA, two stages), then the ancestral rows gathered through the ancestry row
+  and finally the tile's v (cp.async, into a ring of NR [BB, 128] bf16 entries);
+- the default partition (`_consumer`, two warpgroups, each owning half of the V columns) consumes them: both
+  projections on the tensor cores (wgmma against the S tile in shared memory), the closed-form replay from the
+  ring, delta_t and o_t, stored by TMA from shared memory.
 They meet at mbarriers (ready / empty per stage), so the producer runs up to NR + 2 loads ahead of the math.
-Two modes (FUSE): after the Triton prep kernel, reading its coefficient table ("main"), or the whole step in one
-launch ("step"): the producer then also builds the ancestry row, gathers the ancestral alphas and forms their
-products (`_key_scalars`; stop 24: each of the next tile's dependent loads one gather phase early; stop 25: the
-first tiles' parents before the grid-dependency wait), and puts each depth's k-hat rows in the ring ahead of the
-delta rows, from which the consumer forms the norms and k-hat . q-hat, k-hat . k-hat itself (whole rows per warp)
-and writes the k-hat_t record; its depth loops run at run time (stop 25: a smaller kernel, -4 to -7 % at O=7). Same
-math and record layout ([T, R, H, W] rows, `_rec`) as the Triton kernels.
+Two forms (FUSE): after the Triton prep kernel, reading its coefficient table, or the whole step in one launch:
+the producer then also builds the ancestry row, gathers the ancestral alphas and forms their products
+(`_key_scalars`; each of the next tile's dependent loads one gather phase early, the first tiles' parents before
+the grid-dependency wait), and puts each depth's k-hat rows in the ring ahead of the delta rows, from which the
+consumer forms the norms and k-hat . q-hat, k-hat . k-hat itself (whole rows per warp) and writes the k-hat_t
+record; its depth loops run at run time. Same math and record layout as the Triton kernels
+(`kernels/onela/records.py`).
+
+The kernel's arguments travel as tuples, as in Triton's warp-specialisation tutorial: `descs` (TMA descriptors
+q, k, S, out, delta rows, k-hat rows; bundled inside the kernel), `ptrs` (ancestry tables, parents, record stores, gates, coefficient
+table, beta, v), `dims` (R, W, HV, T_CAP, NT), `sv` (v's strides); inside the kernel `bufs` (shared memory) and
+`bars` (mbarriers). Each partition unpacks what it uses.
 
 Applies on Hopper where K = 128, V is a multiple of 128 and W a multiple of the 64-beam tile (`ws_shape_supports`;
 no partial tiles: the TMA boxes are 2-D over [R * W, H * D] views). A value head of V > 128 runs as V / 128 chunks
-of 128 value columns (stop 30), each with its own tiles as if it were a value head: its own S rows, v, delta and o
+of 128 value columns, each with its own tiles as if it were a value head: its own S rows, v, delta and o
 columns; the key axis (q, k, the ancestral k-hat rows and their dots) is the same for every chunk and formed again
 by each, and chunk 0 alone writes the alpha_t / k-hat_t records and the ancestry rows. q, k, v must be bf16
 [R, W, H, D] rows, dense within a row and evenly spaced (also views into the model's conv output), out contiguous
-(`ws_layout_supports`). S_ctx is
-read as its bf16 rounding -- the `s_lo: none` projection the K = 128 Triton default uses too -- from a copy made
-at reset (the stepper keeps the fp32 state for the Triton fallback). The interpreter does not run Gluon: its
-correctness tests are GPU tests; CI compiles it for sm_90a through `kernels.inspect`.
+(`ws_layout_supports`). S_ctx is read as its bf16 rounding -- the projection the K = 128 Triton kernels use too --
+from a copy made at reset (the stepper keeps the fp32 state for the Triton fallback). The interpreter does not run
+Gluon: its correctness tests are GPU tests; CI compiles it for sm_90a through `tools.inspect`. Why each choice:
+kernels/NOTES.md ("Warp-specialised kernel").
 """
 from __future__ import annotations
 
 import torch
-import triton
-import triton.language as tl  # noqa: F401 -- the interpreter runs `_rec` only where its module sees it
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (async_copy, fence_async_shared, mbarrier, tma,
                                                                warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
+from kernels.onela.records import record_row
+
 BB_TILE = 64     # beams per tile (one wgmma M)
-VC_TILE = 128    # value columns per tile: a value head of V > 128 runs as V / VC_TILE chunks (stop 30)
+VC_TILE = 128    # value columns per tile: a value head of V > 128 runs as V / VC_TILE chunks
 _BB = gl.constexpr(BB_TILE)
+_PWARPS = gl.constexpr(4)               # producer warps (one warpgroup)
+_PRODUCER_REGS = gl.constexpr(88)       # the producer's registers per thread: no spills at the deepest compiled step
 
 
 @gluon.jit
@@ -55,13 +62,6 @@ def _gdc_wait():
 def _gdc_launch_dependents():
     gl.inline_asm_elementwise("griddepcontrol.launch_dependents; // dummy $0", "=r", [], dtype=gl.int32,
                               is_pure=False, pack=1)
-
-
-@triton.jit
-def _rec(t, r, h, b, R, H, W):
-    """Row of record (step t, request r, head h, beam slot b) in a GtrStore tensor's memory ([T, R, H, W] rows):
-    one formula for the Gluon kernel here and the Triton kernels (kernels/onela.py)."""
-    return ((t * R + r) * H + h) * W + b
 
 
 @gluon.jit
@@ -83,11 +83,13 @@ def _coords(tile, NBT, HV, NVC: gl.constexpr):
 
 
 @gluon.jit
-def _issue_s_qk(tile, prev_vh, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc, k_desc, s_smem, q_smem, k_smem,
-                s_ready, s_empty, qk_ready, qk_empty, G: gl.constexpr, K: gl.constexpr, VC: gl.constexpr,
-                NVC: gl.constexpr, BB: gl.constexpr):
+def _issue_s_qk(tile, prev_vh, s_cnt, qk_cnt, NBT, W, HV, descs, bufs, bars, G: gl.constexpr, K: gl.constexpr,
+                VC: gl.constexpr, NVC: gl.constexpr, BB: gl.constexpr):
     """TMA loads of tile `tile`: its S tile ([VC, K] rows of its value chunk) when the (request, value head,
     chunk) changes, and its q, k rows."""
+    q_desc, k_desc, s_desc = descs[0], descs[1], descs[2]
+    s_smem, q_smem, k_smem = bufs[0], bufs[1], bufs[2]
+    s_ready, s_empty, qk_ready, qk_empty = bars[0], bars[1], bars[2], bars[3]
     vh, head, r, hv, ch = _coords(tile, NBT, HV, NVC)
     hk = hv // G
     b0 = (tile % NBT) * BB
@@ -151,7 +153,7 @@ def _key_loads(tile, tile1, slots, alpha_ptr, g_ptr, R, W, HV, NBT, STEP: gl.con
     offs_b = (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, pl))
     tcol = gl.arange(0, TPC, layout=gl.SliceLayout(0, pl))
     live = tile < tile1
-    alphas = gl.load(alpha_ptr + _rec(tcol[None, :], r, hv, slots, R, HV, W),
+    alphas = gl.load(alpha_ptr + record_row(tcol[None, :], r, hv, slots, R, HV, W),
                      mask=(tcol[None, :] < STEP) & live, other=1.0)
     gv = gl.load(g_ptr + (r * W + offs_b) * HV + hv, mask=live, other=0.0)
     return alphas, gv
@@ -169,9 +171,9 @@ def _key_scalars(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, 
     tcol = gl.arange(0, TPC, layout=gl.SliceLayout(0, pl))
     alpha_t = gl.exp(gv)
     if NVC == 1:
-        gl.store(alpha_ptr + _rec(STEP, r, hv, offs_b, R, HV, W), alpha_t)
+        gl.store(alpha_ptr + record_row(STEP, r, hv, offs_b, R, HV, W), alpha_t)
     else:
-        gl.store(alpha_ptr + _rec(STEP, r, hv, offs_b, R, HV, W), alpha_t, mask=offs_b < W * (ch == 0))
+        gl.store(alpha_ptr + record_row(STEP, r, hv, offs_b, R, HV, W), alpha_t, mask=offs_b < W * (ch == 0))
     c = alpha_t
     coef = gl.zeros([BB, TPC], gl.float32, pl)
     for jj in gl.static_range(STEP):
@@ -200,21 +202,22 @@ def _ring_put(ptrs, ring, ring_ready, ring_empty, cnt, NR: gl.constexpr):
 
 
 @gluon.jit
-def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready, qk_empty,
-              ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
-              khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
-              G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr, NVC: gl.constexpr,
-              BB: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr, TPC: gl.constexpr, PWARPS: gl.constexpr,
-              FUSE: gl.constexpr):
+def _producer(descs, bufs, bars, ptrs, dims, sv, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr,
+              V: gl.constexpr, NVC: gl.constexpr, BB: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
+              TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr):
     """Every load of the program, in the order the consumer uses them: a tile's ring entries, then the next
-    tile's q, k (and S) -- after, not before, this tile's gathers and v (stop 28: 2.0 / 0.7 % off R=4 O=7 / O=3;
-    q, k a tile further ahead cost 2-7 %), which also lets a next tile of a new head load its S (waiting for this
-    tile's projections) without a second issue point. With FUSE also
-    the key-axis work of the prep kernel (the ancestry rows, `_key_scalars`) and the ancestral k-hat rows, every
-    depth's ahead of the tile's delta rows in the ring (the consumer forms all dots before its projections). The
-    dependent loads of the next tile -- its parents, then its ancestry rows, then its ancestral alphas -- go out
-    after one of this tile's gather phases each, so none of them holds up this tile's gathers or its alpha
-    products (stop 24: 2-7 % off the four issue-3 cells)."""
+    tile's q, k (and S) -- after this tile's gathers and v, which also lets a next tile of a new head load its S
+    (waiting for this tile's projections) without a second issue point. With FUSE also the key-axis work of the
+    prep kernel (the ancestry rows, `_key_scalars`) and the ancestral k-hat rows, every depth's ahead of the
+    tile's delta rows in the ring (the consumer forms all dots before its projections). The dependent loads of
+    the next tile -- its parents, then its ancestry rows, then its ancestral alphas -- go out after one of this
+    tile's gather phases each, so none of them holds up this tile's gathers or its alpha products."""
+    ring, aux = bufs[3], bufs[4]
+    ring_ready, ring_empty, aux_ready, aux_empty = bars[4], bars[5], bars[6], bars[7]
+    anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, khat_ptr = ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5]
+    delta_ptr, v_ptr = ptrs[8], ptrs[9]
+    R, W, HV, T_CAP, NT = dims
+    sv_r, sv_w, sv_h = sv
     gat: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [PWARPS, 1], [1, 0])
     sl: gl.constexpr = gl.BlockedLayout([1, 1], [2, 16], [PWARPS, 1], [1, 0])   # rows as in `gat`
     pl: gl.constexpr = gl.BlockedLayout([1, TPC], [32, 1], [PWARPS, 1], [1, 0])   # a beam's row in one thread
@@ -224,9 +227,9 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
     tcol = gl.arange(0, TP, layout=gl.SliceLayout(0, sl))
     tile0, tile1, NBT = _tiles(NT, W, BB)
     zero = tile0 * 0                # int32 counters (a literal 0 would be a constexpr)
-    prev_vh, s_cnt, qk_cnt = _issue_s_qk(tile0, zero - 1, zero, zero, NBT, W, HV, s_desc, q_desc, k_desc, s_smem,
-                                         q_smem, k_smem, s_ready, s_empty, qk_ready, qk_empty, G, K, VC, NVC, BB)
-    if FUSE:        # the parents are this step's input, as q and k are: read before the wait (stop 25)
+    prev_vh, s_cnt, qk_cnt = _issue_s_qk(tile0, zero - 1, zero, zero, NBT, W, HV, descs, bufs, bars, G, K, VC, NVC,
+                                         BB)
+    if FUSE:        # the parents are this step's input, as q and k are: read before the wait
         par0 = _par_rows(par_ptr, tile0, tile1, NBT, W, HV, BB, NVC, sl)
         par_n = _par_rows(par_ptr, tile0 + 1, tile1, NBT, W, HV, BB, NVC, pl)     # one beam per thread
     _gdc_wait()     # the prep kernel's ancestry rows and every earlier step's records are written
@@ -247,7 +250,7 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
         if FUSE:                    # the ancestral k-hat rows first: the consumer forms every coefficient first
             for j in gl.static_range(STEP):
                 slot = gl.convert_layout(gl.sum(gl.where(tcol[None, :] == j, slots, 0), axis=1), row_l)
-                krow = _rec(j, r, hv // G, slot, R, HV // G, W)
+                krow = record_row(j, r, hv // G, slot, R, HV // G, W)
                 kptrs = khat_ptr + (krow.to(gl.int64) * K)[:, None] + cols[None, :]
                 cnt = _ring_put(kptrs, ring, ring_ready, ring_empty, cnt, NR)
             # the next tile's ancestry rows (its parents landed during the gathers), then this tile's products
@@ -258,8 +261,8 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
                                  TPC, BB, NVC, pl)
         for j in gl.static_range(STEP):
             slot = gl.convert_layout(gl.sum(gl.where(tcol[None, :] == j, slots, 0), axis=1), row_l)
-            ptrs = delta_ptr + (_rec(j, r, hv, slot, R, HV, W).to(gl.int64) * V)[:, None] + ccols[None, :]
-            cnt = _ring_put(ptrs, ring, ring_ready, ring_empty, cnt, NR)
+            dptrs = delta_ptr + (record_row(j, r, hv, slot, R, HV, W).to(gl.int64) * V)[:, None] + ccols[None, :]
+            cnt = _ring_put(dptrs, ring, ring_ready, ring_empty, cnt, NR)
         if FUSE:                    # the next tile's alphas and gates (its ancestry rows landed meanwhile)
             alphas, gv = _key_loads(tile + 1, tile1, gl.convert_layout(slots_next, pl), alpha_ptr, g_ptr, R, W, HV,
                                     NBT, STEP, TPC, BB, NVC, pl)
@@ -268,9 +271,8 @@ def _producer(s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready
         if FUSE:
             par_n = _par_rows(par_ptr, tile + 2, tile1, NBT, W, HV, BB, NVC, pl)
         if tile + 1 < tile1:        # the next tile's q, k, once this tile's ring entries are out
-            prev_vh, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_vh, s_cnt, qk_cnt, NBT, W, HV, s_desc, q_desc,
-                                                 k_desc, s_smem, q_smem, k_smem, s_ready, s_empty, qk_ready,
-                                                 qk_empty, G, K, VC, NVC, BB)
+            prev_vh, s_cnt, qk_cnt = _issue_s_qk(tile + 1, prev_vh, s_cnt, qk_cnt, NBT, W, HV, descs, bufs, bars,
+                                                 G, K, VC, NVC, BB)
         slots = slots_next
 
 
@@ -287,20 +289,23 @@ def _ring_take(ring, ring_ready, ring_empty, cnt, mma: gl.constexpr, NR: gl.cons
 
 
 @gluon.jit
-def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready, qk_empty,
-              ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr, beta_ptr,
-              R, W, HV, NT, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr, V: gl.constexpr,
-              NVC: gl.constexpr, BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr,
-              KH_OWN: gl.constexpr):
+def _consumer(descs, bufs, bars, ptrs, dims, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr,
+              V: gl.constexpr, NVC: gl.constexpr, BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr,
+              FUSE: gl.constexpr, KH_OWN: gl.constexpr):
     """Projections, replay, delta_t and o_t of every tile of the program (the default partition: two
     warpgroups, each owning half of the tile's value columns). The replay's coefficients come from the prep kernel's
     table, or with FUSE from this tile's q, k rows (norms, k-hat_j . q-hat and k-hat_j . k-hat against the
     ancestral k-hat rows from the ring) and the producer's alpha products; FUSE also stores the k-hat_t record."""
+    out_desc, dst_desc, khat_desc = descs[3], descs[4], descs[5]
+    s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem = bufs
+    s_ready, s_empty, qk_ready, qk_empty, ring_ready, ring_empty, aux_ready, aux_empty = bars
+    coef_ptr, beta_ptr = ptrs[6], ptrs[7]
+    R, W, HV, T_CAP, NT = dims
     VC: gl.constexpr = V // NVC
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, VC // 2, 16])
     row_l: gl.constexpr = gl.SliceLayout(1, mma)
     # FUSE's key-axis norms and dots with whole rows in each warp: sums by shuffles, no cross-warp exchange
-    # through shared memory (in `mma` each row is split over both warpgroups; stop 24: 0.3-3.4 %)
+    # through shared memory (in `mma` each row is split over both warpgroups)
     kl: gl.constexpr = gl.BlockedLayout([1, 8], [4, 8], [8, 1], [1, 0])
     tile0, tile1, NBT = _tiles(NT, W, BB)
     plane = R * HV * W
@@ -341,7 +346,8 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
                 kh_smem.store((kf * inv_k[:, None]).to(kh_smem.dtype))
                 fence_async_shared()
                 gl.thread_barrier()
-                tma.async_copy_shared_to_global(khat_desc, [_rec(STEP, r, hv // G, b0, R, HV // G, W), 0], kh_smem)
+                tma.async_copy_shared_to_global(khat_desc, [record_row(STEP, r, hv // G, b0, R, HV // G, W), 0],
+                                                kh_smem)
             for j in range(STEP):   # aux rows TPC + j <- k_j . q-hat, 2 TPC + j <- k_j . k-hat (runtime loop)
                 kh_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, kl, NR)
                 aux.index(st * 3 * TPC + TPC + j).store(gl.sum(kh_j * qf, axis=1) * inv_q)
@@ -369,7 +375,7 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
             c_k = p_all * inv_k
         u_q = u_q * c_q[:, None]
         u_k = u_k * c_k[:, None]
-        if FUSE:        # runtime loops: a smaller kernel than unrolled ones (stop 25: -4 to -7 % at O=7)
+        if FUSE:        # runtime loops: a smaller kernel than unrolled ones, faster at deep steps
             for j in range(STEP):
                 c_j = aux.index(st * 3 * TPC + j).load(row_l)
                 cq = c_j * aux.index(st * 3 * TPC + TPC + j).load(row_l)
@@ -378,7 +384,7 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
                 u_q += cq[:, None] * d_j
                 u_k += ck[:, None] * d_j
         else:
-            for j in gl.static_range(STEP):     # "main" (G > 2): unrolled, not timed as a runtime loop
+            for j in gl.static_range(STEP):     # after the prep kernel (G > 2): unrolled
                 cq = gl.load(cbase + (3 + 2 * j) * plane)
                 ck = gl.load(cbase + (4 + 2 * j) * plane)
                 d_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, mma, NR)
@@ -403,24 +409,24 @@ def _consumer(s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, 
         fence_async_shared()
         gl.thread_barrier()
         tma.async_copy_shared_to_global(out_desc, [r * W + b0, hv * V + ch * VC], o_smem)
-        tma.async_copy_shared_to_global(dst_desc, [_rec(STEP, 0, head, b0, R, HV, W), ch * VC], d_smem)  # r HV + hv
+        # head = r HV + hv, so row (STEP, 0, head, b0) is row (STEP, r, hv, b0)
+        tma.async_copy_shared_to_global(dst_desc, [record_row(STEP, 0, head, b0, R, HV, W), ch * VC], d_smem)
     tma.store_wait(0)
 
 
 @gluon.jit
-def _onela_main_ws_kernel(
-    q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr,
-    khat_ptr, coef_ptr, beta_ptr, delta_ptr, v_ptr,
-    R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
-    K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
-    TPC: gl.constexpr, PWARPS: gl.constexpr, PREGS: gl.constexpr, PDL_NEXT: gl.constexpr, FUSE: gl.constexpr,
-    KH_OWN: gl.constexpr, NVC: gl.constexpr,
-):
-    """Step STEP (>= 1) of the main kernel -- with FUSE the whole step, the prep kernel's work included; a
-    persistent program per SM over a contiguous range of beam tiles. anc_ptr is this step's ancestry table,
-    or with FUSE the previous step's (this step's is written to anc_next_ptr)."""
-    if PDL_NEXT:
-        _gdc_launch_dependents()    # the next launch may start its S, q, k loads meanwhile
+def onela_ws_kernel(q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, ptrs, dims, sv,
+                    K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr,
+                    TP: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr, KH_OWN: gl.constexpr,
+                    NVC: gl.constexpr):
+    """Step STEP of the decode after the prep kernel -- with FUSE the whole step, the prep kernel's work included;
+    a persistent program per SM over a contiguous range of beam tiles. The ancestry table ptrs[0] is this step's,
+    or with FUSE the previous step's (this step's is written to ptrs[2]). Argument tuples: module docstring (the
+    TMA descriptors come one by one: Triton's launcher builds them only from top-level arguments). The next
+    launch may start its S, q, k loads while this one runs (programmatic dependent launch)."""
+    _gdc_launch_dependents()
+    descs = (q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc)
+    PWARPS: gl.constexpr = _PWARPS
     BB: gl.constexpr = _BB
     VC: gl.constexpr = V // NVC     # a tile's value columns: V in NVC chunks of 128, each a "value head" of its own
     s_smem = gl.allocate_shared_memory(gl.bfloat16, [VC, K], s_desc.layout)
@@ -453,20 +459,17 @@ def _onela_main_ws_kernel(
     for i in gl.static_range(NR):
         mbarrier.init(ring_ready.index(i), count=PWARPS * 32)
         mbarrier.init(ring_empty.index(i), count=1)
+    bufs = (s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem)
+    bars = (s_ready, s_empty, qk_ready, qk_empty, ring_ready, ring_empty, aux_ready, aux_empty)
     gl.warp_specialize([
-        (_consumer, (s_smem, q_smem, k_smem, ring, aux, keys, o_smem, d_smem, kh_smem, s_ready, s_empty, qk_ready,
-                     qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, out_desc, dst_desc, khat_desc, coef_ptr,
-                     beta_ptr, R, W, HV, NT, G, STEP, K, V, NVC, BB, NR, TPC, FUSE, KH_OWN)),
-        (_producer, (s_desc, q_desc, k_desc, s_smem, q_smem, k_smem, ring, aux, s_ready, s_empty, qk_ready,
-                     qk_empty, ring_ready, ring_empty, aux_ready, aux_empty, anc_ptr, par_ptr, anc_next_ptr,
-                     alpha_ptr, g_ptr, khat_ptr, delta_ptr, v_ptr, R, W, HV, T_CAP, NT, sv_r, sv_w, sv_h,
-                     G, STEP, K, V, NVC, BB, NR, TP, TPC, PWARPS, FUSE)),
-    ], [PWARPS], [PREGS])
+        (_consumer, (descs, bufs, bars, ptrs, dims, G, STEP, K, V, NVC, BB, NR, TPC, FUSE, KH_OWN)),
+        (_producer, (descs, bufs, bars, ptrs, dims, sv, G, STEP, K, V, NVC, BB, NR, TP, TPC, PWARPS, FUSE)),
+    ], [PWARPS], [_PRODUCER_REGS])
 
 
 def ws_shape_supports(geo, W: int, device=None) -> str | None:
     """Why the warp-specialised kernel cannot run any step of this decode shape on `device` (None: it can, given
-    inputs `ws_layout_supports` accepts; device None: the shape alone, as `kernels.inspect` compiles for sm_90a)."""
+    inputs `ws_layout_supports` accepts; device None: the shape alone, as `tools.inspect` compiles for sm_90a)."""
     device = None if device is None else torch.device(device)
     if device is not None and (device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9):
         return f"ws: needs a Hopper GPU (wgmma, TMA), not {device}"
@@ -500,16 +503,17 @@ def _desc(x2d: torch.Tensor, block):
     return TensorDescriptor(x2d, list(x2d.shape), list(x2d.stride()), list(block), layout)
 
 
-def ws_mode(cfg: dict, t: int, has_prep: bool) -> str | None:
-    """Which warp-specialised launch step t runs under config `cfg` ("main" after the prep kernel, "step" the
-    whole step), or None for the Triton kernels. `has_prep`: the Triton launch plan of step t has a prep kernel
-    (not step 0 under fuse_step0, which "all" takes over too). Whether shape and inputs allow it is
-    `ws_shape_supports` / `ws_layout_supports`'s to say. Config ws "main" runs steps <= `ws_step_upto` as "step"
-    (the one-launch kernel while the replay is shallow; stop 30)."""
-    ws = cfg["ws"]
-    if ws == "off" or not (has_prep or ws == "all"):
-        return None
-    return "main" if ws == "main" and t > cfg["ws_step_upto"] else "step"
+# Tuning constants of the adopted kernel (kernels/NOTES.md, "Warp-specialised kernel"):
+ONE_LAUNCH_MAX_STEP = 1  # G > 2: steps <= this run the one-launch kernel, later ones the prep kernel + this one
+_OWN_KHAT_MAX_STEP = 1   # one-launch steps <= this store k-hat_t through a buffer of their own (ring one shorter)
+_MAXNREG = 168           # 168 x 12 warps fills one SM's register file
+
+
+def ws_fuses_step(geo, t: int) -> bool:
+    """Whether step t runs as one launch of the warp-specialised kernel (else after the Triton prep kernel): at
+    every step where a key head has at most two value heads, and while the replay is shallow where it has more
+    (the one-launch kernel gathers each key head's k-hat rows once per value head)."""
+    return geo.group <= 2 or t <= ONE_LAUNCH_MAX_STEP
 
 
 def _ws_tiles(geo, R: int, W: int) -> int:
@@ -517,28 +521,16 @@ def _ws_tiles(geo, R: int, W: int) -> int:
     return R * geo.hv * (geo.v // VC_TILE) * (W // BB_TILE)
 
 
-def ws_launch_params(cfg: dict, geo, R: int, W: int, t: int, mode: str, n_sm: int) -> tuple[tuple, dict]:
-    """(grid, constexpr arguments and launch options) of step t's warp-specialised kernel: one place for
-    `launch_ws` and `kernels.inspect`."""
+def ws_launch_params(geo, R: int, W: int, t: int, fuse: bool, n_sm: int) -> tuple[tuple, dict, dict]:
+    """(grid, constexpr arguments, launch options) of step t's warp-specialised kernel: one place for
+    `launch_ws` and `tools.inspect`. One program per SM (at most one per tile)."""
     pow2 = lambda x: 1 << (x - 1).bit_length()      # noqa: E731
-    fuse = mode == "step"
     tpc = max(2, pow2(t + 1))
-    kh_own = fuse and t <= cfg["ws_kh_own_upto"]   # a k-hat_t buffer of its own takes one ring entry's 16 KB
-    const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=cfg["ws_ring"] or (4 if kh_own else 5), KH_OWN=kh_own,
-                 TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, PWARPS=4, PREGS=cfg["ws_regs"],
-                 PDL_NEXT=bool(cfg["pdl_next_step"]), FUSE=fuse, NVC=geo.v // VC_TILE)
-    grid = (_ws_programs(_ws_tiles(geo, R, W), W // BB_TILE, n_sm, t <= cfg["ws_even_upto"]),)
-    return grid, {**const, "num_warps": 8, "maxnreg": cfg["ws_maxnreg"]}
-
-
-def _ws_programs(nt: int, nbt: int, n_sm: int, even: bool) -> int:
-    """Programs of the persistent grid: one per SM (at most one per tile), or with `even` the most programs <= that
-    whose equal ranges of nt / p tiles are head-aligned -- a whole number of heads (nbt tiles each) or a whole
-    fraction of one -- so that no program's range crosses a head change or is a tile longer than another's."""
-    p = min(nt, n_sm)
-    if even:
-        p = max(d for d in range(1, p + 1) if nt % d == 0 and ((nt // d) % nbt == 0 or nbt % (nt // d) == 0))
-    return p
+    kh_own = fuse and t <= _OWN_KHAT_MAX_STEP       # a k-hat_t buffer of its own takes one ring entry's 16 KB
+    const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=4 if kh_own else 5, KH_OWN=kh_own,
+                 TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, FUSE=fuse, NVC=geo.v // VC_TILE)
+    grid = (min(_ws_tiles(geo, R, W), n_sm),)
+    return grid, const, {"num_warps": 8, "maxnreg": _MAXNREG}
 
 
 def launch_ws(st, q, k, v, g, beta, parents, anc_prev, anc_cur, out, grid, const: dict, opts: dict):
@@ -553,7 +545,8 @@ def launch_ws(st, q, k, v, g, beta, parents, anc_prev, anc_cur, out, grid, const
     # the records as rows in memory order ([T, R, H, W] rows, GtrStore): a tile's delta_t / k-hat_t is one 16 KB box
     dst_desc = _desc(st.store.delta.transpose(2, 3).view(-1, geo.v), [BB_TILE, VC_TILE])
     khat_desc = _desc(st.store.khat.transpose(2, 3).view(-1, geo.k), [BB_TILE, geo.k])
-    return _onela_main_ws_kernel[grid](
-        q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, anc_prev if const["FUSE"] else anc_cur, parents,
-        anc_cur, st.store.alpha, g, st.store.khat, st.coef, beta, st.store.delta, v,
-        R, W, geo.hv, st.T, _ws_tiles(geo, R, W), v.stride(0), v.stride(1), v.stride(2), **const, **opts)
+    ptrs = (anc_prev if const["FUSE"] else anc_cur, parents, anc_cur, st.store.alpha, g, st.store.khat, st.coef,
+            beta, st.store.delta, v)
+    dims = (R, W, geo.hv, st.T, _ws_tiles(geo, R, W))
+    return onela_ws_kernel[grid](q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, ptrs, dims,
+                                 (v.stride(0), v.stride(1), v.stride(2)), **const, **opts)

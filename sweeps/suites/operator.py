@@ -3,9 +3,9 @@
 Per shape (cells arrive shape-major): ask every path whether it supports the shape (a reason is a recorded
 skip, before anything is built); if any path remains, build the workload and its FP32 FullState reference
 once, then for each remaining path run artifact.measure.check_and_time (correctness gate, then CUDA-graph
-timing on a GPU) and fill the floors from path.cost(wl). GPU memory is returned (gc + empty cache) between
-shapes, so every supports() memory check sees it free; between the paths of a shape only when a path runs out
-of memory, before its one retry.
+timing on a GPU, artifact.timing.time_replay) and fill the floors from path.cost(wl). GPU memory is returned
+(gc + empty cache) between shapes, so every supports() memory check sees it free; between the paths of a shape
+only when a path runs out of memory, before its one retry.
 
 Outcomes: a path that raises is a failed cell with the error; one that runs out of GPU memory is a
 *skipped* cell with reason "out of memory: ..." (the shape does not fit beside this path's state on this
@@ -84,7 +84,7 @@ def _run_shape(cells: list[dict], ctx: RunContext) -> Iterator[dict]:
 
     for cell in runnable:
         ctx.started(cell)
-        row = _run_cell(cell, wl, ref, ctx)       # its path's state (pools, graphs) is freed on return
+        row = run_cell(cell, wl, ref, ctx)       # its path's state (pools, graphs) is freed on return
         if row["status"] == "failed" and not cuda_context_alive(ctx.device):
             yield row
             raise CudaContextLost(f"CUDA context unusable after {cell['path']} failed ({row['reason']}); "
@@ -96,12 +96,15 @@ def _run_shape(cells: list[dict], ctx: RunContext) -> Iterator[dict]:
     ctx.charge(RELEASE, time.monotonic() - t0)
 
 
-def _run_cell(cell: dict, wl, ref, ctx: RunContext) -> dict:
-    """One cell on a fresh path object, local to this call: whatever it allocates (state pools, a CUDA
-    graph's private pool) is released when the call returns. (Path objects kept for a whole shape once held
-    every path's pools at the same time: big shapes ran out of memory and the next shapes' supports() saw
-    the GPU nearly full.)"""
-    path = get_path(cell["path"])
+def run_cell(cell: dict, wl, ref, ctx: RunContext, path=None) -> dict:
+    """One cell's row: gate against `ref`, time a passing cell, floor from the path's cost model. Runs on a fresh
+    path object (or `path`, e.g. a configured variant for `tools.bench`), local to this call: whatever it
+    allocates (state pools, a CUDA graph's private pool) is released when the call returns. (Path objects kept
+    for a whole shape would hold every path's pools at the same time: big shapes would run out of memory and
+    the next shapes' supports() would see the GPU nearly full.) `ctx` needs tolerance, warmup_ms, rep_ms,
+    time_it, ceilings and device."""
+    fresh = path is None
+    path = get_path(cell["path"]) if fresh else path
     # A framework whose kernel computes in lower precision declares its own, documented gate (its docstring
     # says why). The run's tolerance stays the cell's defining field; the reason says which gate was applied.
     tolerance = path_tolerance(path, ctx.tolerance)
@@ -113,6 +116,8 @@ def _run_cell(cell: dict, wl, ref, ctx: RunContext) -> dict:
             # The previous path's memory went back by reference counting (no gc pass between the paths of a
             # shape: ~50-100 ms each, minutes over the suite). Drop this attempt's half-built state, collect
             # what a reference cycle still holds, return the cache, and try once more on a fresh object.
+            if not fresh:
+                raise
             path = None
             free_device_memory(ctx.device)
             path = get_path(cell["path"])

@@ -1,22 +1,23 @@
 """Figure 6 runner (paper §4.2): full-model decode-forward GPU time of a large-beam SID search, per path.
 
-`run_cells(cfg, cells, ctx)` is the `full_model` suite's cell runner (contract: sweeps.context). Per cell
+`run_cells(cfg, cells, ctx)` is the `full_model` suite's cell runner (contract: sweeps.context), run by
+`python -m sweeps.run suite=full_model` (the Fig 6 grid: sweeps/conf/suite/full_model.yaml). Per cell
 (path, R, W, T, prompt_len, seed) on the Qwen3.5-0.8B geometry with seeded random weights:
   1. prefill the R seeded prompts once per (prompt_len, seed) -- and a decoy prompt set;
   2. build the path's BeamDecoder, capture its T per-call CUDA graphs while the *decoy* prompt is loaded, then
      load the real prompt, poison every stepper output and replay one whole beam search on the graphs;
   3. gate: every GDN layer's replayed stepper outputs vs the FP32 FullState reference on the same inputs and
      lineage (artifact.model.check), against ctx.tolerance -- a failing cell is recorded and never timed;
-  4. time: latency_ms = decode-forward GPU time summed over the T calls (CUDA events around each call's graph
-     replay; beam selection excluded; median / p20 / p80 over `repeats` whole searches), and the recurrent
-     share: the same T steps of only the GDN steppers, replayed from the checked decode's inputs.
+  4. time (artifact.model.graphs, through artifact.timing.time_events): latency_ms = decode-forward GPU time
+     summed over the T calls (CUDA events around each call's graph replay; beam selection excluded; median /
+     p20 / p80 over `repeats` whole searches), and the recurrent share: the same T steps of only the GDN
+     steppers, replayed from the checked decode's inputs.
 On a GPU the non-recurrent ops are fused with torch.compile (artifact.model.blocks); if compiling fails on the
 first cell the run continues eager, and every row's `timer` names the pipeline and prompt-attention kernel.
 persistent_bytes / written_bytes are the steppers' recurrent state (all GDN layers). The recurrent share
 goes to the row's `recurrent_ms` column when the schema has one, and with the pipeline's conv/KV bytes and
 the prompt-attention kernel to the side file <results_dir>/full_model_recurrent.csv (joined on config_hash).
-
-`python -m artifact.fullmodel_bench` runs the Fig 6 grid standalone and prints the table and speedups.
+`artifact.model.fig6_table.format_fig6` prints the Fig 6 table and speedups from such rows.
 """
 from __future__ import annotations
 
@@ -38,6 +39,7 @@ from artifact.model.network import HybridModel, get_dtype
 from artifact.model.prefill import prefill, random_prompts
 from artifact.paths import get_path
 from artifact.results import COLUMNS
+from artifact.timing import Timing
 from artifact.workload import Shape
 
 # vLLM 0.33 "align" prefix caching keeps a GDN checkpoint every mamba_block_size tokens. For Qwen3.5-0.8B on
@@ -47,6 +49,9 @@ from artifact.workload import Shape
 # 2048)) = 576 (vllm/platforms/interface.py _align_hybrid_block_size, v1/attention/backends/gdn_attn.py).
 VLLM_ALIGN_BLOCK_QWEN3_5_0_8B = 576
 SIDE_FILE = "full_model_recurrent.csv"
+# A correctness-only run of the grid's plumbing on a CPU: the tiny model, on a geometry of its GDN shape.
+CPU_RUN = ("python -m sweeps.run suite=full_model geometry=smoke_gqa geometry.smoke_gqa.v=16 full_model.model=tiny "
+           "full_model.cpu=true 'shape.R=[2]' 'shape.W=[4]' 'shape.prompt_len=[9]'")
 SIDE_COLUMNS = ["config_hash", "run_id", "path", "prompt_len", "T", "O", "status", "latency_ms",
                 "recurrent_ms", "recurrent_p20_ms", "recurrent_p80_ms", "recurrent_share", "history_bytes",
                 "prompt_attention"]
@@ -140,16 +145,29 @@ class _Inputs:
 
 def run_cells(cfg, cells: list[dict], ctx) -> Iterator[dict]:
     """One results row per cell (any order: cells sharing a prompt run together so its prefill is reused)."""
-    for row, _ in iter_cells(cfg, cells, ctx):
+    private_inductor_cache()
+    settings = FullModelSettings.from_cfg(cfg)
+    inputs = _Inputs(settings, ctx.device)
+    order = sorted(range(len(cells)), key=lambda i: (cells[i]["seed"], cells[i]["R"], cells[i]["prompt_len"],
+                                                     cells[i]["W"], cells[i]["T"]))
+    for i in order:
+        cell = cells[i]
+        ctx.started(cell)
+        row = _run_cell(cell, settings, inputs, ctx)
+        lost = row["status"] == "failed" and not cuda_context_alive(ctx.device)
+        free_device_memory(ctx.device)
         yield row
+        if lost:
+            raise RuntimeError(f"CUDA context unusable after {cell['path']} failed ({row['reason'][:200]}); "
+                               "re-run the same command to continue with the remaining cells")
 
 
 def private_inductor_cache() -> str:
     """Give this process its own, empty Inductor cache (TORCHINDUCTOR_CACHE_DIR) unless one is set, so every
     compiled kernel's launch config is autotuned in this run, never read from what another run (another code
-    version, or a concurrent run on the other GPU) left in the shared default cache. Hygiene only: the step-0
-    conv's 29-or-102 us per call is Inductor's autotune choosing between two configs on noisy first-call
-    timings in every process, cache or not (results/full_model_inductor_conv/autotune_log/, stop 20)."""
+    version, or a concurrent run on the other GPU) left in the shared default cache. Hygiene only: a cache
+    does not make Inductor's autotune choice repeatable, since that choice rests on noisy first-call timings
+    in every process, cache or not (results/full_model_inductor_conv/autotune_log/)."""
     import os
     import tempfile
 
@@ -160,31 +178,11 @@ def private_inductor_cache() -> str:
     return os.environ["TORCHINDUCTOR_CACHE_DIR"]
 
 
-def iter_cells(cfg, cells: list[dict], ctx) -> Iterator[tuple[dict, dict | None]]:
-    """(row, recurrent-share record or None) per cell."""
-    private_inductor_cache()
-    settings = FullModelSettings.from_cfg(cfg)
-    inputs = _Inputs(settings, ctx.device)
-    order = sorted(range(len(cells)), key=lambda i: (cells[i]["seed"], cells[i]["R"], cells[i]["prompt_len"],
-                                                     cells[i]["W"], cells[i]["T"]))
-    for i in order:
-        cell = cells[i]
-        ctx.started(cell)
-        side = []
-        row = _run_cell(cell, settings, inputs, ctx, side)
-        lost = row["status"] == "failed" and not cuda_context_alive(ctx.device)
-        free_device_memory(ctx.device)
-        yield row, (side[0] if side else None)
-        if lost:
-            raise RuntimeError(f"CUDA context unusable after {cell['path']} failed ({row['reason'][:200]}); "
-                               "re-run the same command to continue with the remaining cells")
-
-
-def _run_cell(cell: dict, settings: FullModelSettings, inputs: _Inputs, ctx, side: list) -> dict:
+def _run_cell(cell: dict, settings: FullModelSettings, inputs: _Inputs, ctx) -> dict:
     on_gpu = torch.device(ctx.device).type == "cuda"
     if not on_gpu and not settings.cpu:
-        return _row(cell, "skipped", "full_model needs a CUDA GPU (the 0.8B model at W=256 beams); a CPU smoke "
-                                     "run: python -m artifact.fullmodel_bench --model tiny --cpu --R 2 --W 4")
+        return _row(cell, "skipped", "full_model needs a CUDA GPU (the 0.8B model at W=256 beams); a CPU run of "
+                                     f"the tiny model: {CPU_RUN}")
     try:
         path = get_path(cell["path"])
         model = inputs.model(cell)
@@ -194,19 +192,18 @@ def _run_cell(cell: dict, settings: FullModelSettings, inputs: _Inputs, ctx, sid
     if reason:
         return _row(cell, "skipped", reason)
     graphs = on_gpu and getattr(path, "capturable", True)
-    row = _measure(cell, settings, inputs, ctx, model, side, graphs, inputs.compile)
+    row = _measure(cell, settings, inputs, ctx, model, graphs, inputs.compile)
     if inputs.compile_error and inputs.compile and not inputs.compiled_ok:
         # torch.compile is only a fusion of the fixed pipeline: if it breaks on the first cell, the whole run
         # goes eager (recorded in every row's timer) rather than mixing fused and unfused cells.
         inputs.compile = False
-        side.clear()
-        row = _measure(cell, settings, inputs, ctx, model, side, graphs, False)
+        row = _measure(cell, settings, inputs, ctx, model, graphs, False)
     elif row["status"] == "ok" and inputs.compile:
         inputs.compiled_ok = True
     return row
 
 
-def _measure(cell, settings, inputs, ctx, model, side: list, graphs: bool, compile: bool) -> dict:
+def _measure(cell, settings, inputs, ctx, model, graphs: bool, compile: bool) -> dict:
     try:
         dec = BeamDecoder(model, cell["path"], cell["R"], cell["W"], cell["T"], cell["prompt_len"],
                           attention=settings.attention, compile=compile)
@@ -225,21 +222,21 @@ def _measure(cell, settings, inputs, ctx, model, side: list, graphs: bool, compi
         if not err <= ctx.tolerance:
             row.update(status="failed", reason=f"max_abs_err {err:.3e} > tolerance {ctx.tolerance:.3e} "
                                                 f"(GDN outputs vs FP32 FullState)")
-            side.append(_side(ctx, row, dec, None))
+            _side(ctx, row, dec, None)
             return row
         if on_gpu and ctx.time_it:
             t = time_decode(dec, settings.repeats, settings.warmup)
-            row.update(latency_ms=t["median_ms"], p20_ms=t["p20_ms"], p80_ms=t["p80_ms"],
+            row.update(latency_ms=t.median_ms, p20_ms=t.p20_ms, p80_ms=t.p80_ms,
                        timer=(f"{'cuda_graph_per_call' if graphs else 'eager(not capturable)'}+cuda_events(sum over "
                               f"T calls, median of {settings.repeats} "
                               f"searches, warmup {settings.warmup}; beam selection excluded; "
                               f"pipeline {pipeline}; prompt attention {dec.attn_impl})"))
             rec = time_steppers(dec, result.parents[: cell["T"]], settings.repeats, settings.warmup) \
                 if settings.recurrent_share and graphs else None
-            side.append(_side(ctx, row, dec, rec))
+            _side(ctx, row, dec, rec)
         else:
             row["timer"] = "none (CPU: correctness only)" if not on_gpu else "not timed"
-            side.append(_side(ctx, row, dec, None))
+            _side(ctx, row, dec, None)
         _add_floor(row, cell, dec, result, ctx)
         if settings.profile:
             name = f"{cell['path']}_R{cell['R']}_W{cell['W']}_L{cell['prompt_len']}_O{cell['T'] + 1}.txt"
@@ -290,17 +287,17 @@ def profile_search(dec: BeamDecoder, graphs: bool, out: Path, top: int = 40) -> 
     return table
 
 
-def _side(ctx, row: dict, dec: BeamDecoder, rec: dict | None) -> dict:
+def _side(ctx, row: dict, dec: BeamDecoder, rec: Timing | None) -> dict:
     """The recurrent share: into the row if the schema has the column, and one line of the side file."""
-    rec_ms = rec["median_ms"] if rec else math.nan
+    rec_ms = rec.median_ms if rec else math.nan
     if "recurrent_ms" in COLUMNS:
         row["recurrent_ms"] = rec_ms
     lat = row.get("latency_ms", math.nan)
     side = {"config_hash": row.get("config_hash", ""), "run_id": row.get("run_id", ""), "path": row["path"],
             "prompt_len": row["prompt_len"], "T": row["T"], "O": row["T"] + 1, "status": row["status"],
             "latency_ms": lat, "recurrent_ms": rec_ms,
-            "recurrent_p20_ms": rec["p20_ms"] if rec else math.nan,
-            "recurrent_p80_ms": rec["p80_ms"] if rec else math.nan,
+            "recurrent_p20_ms": rec.p20_ms if rec else math.nan,
+            "recurrent_p80_ms": rec.p80_ms if rec else math.nan,
             "recurrent_share": rec_ms / lat if rec and lat == lat and lat > 0 else math.nan,
             "history_bytes": dec.history_bytes(), "prompt_attention": dec.attn_impl}
     results_dir = getattr(ctx, "results_dir", None)
@@ -315,93 +312,3 @@ def _side(ctx, row: dict, dec: BeamDecoder, rec: dict | None) -> dict:
             w.writeheader()
         w.writerow(side)
     return side
-
-
-def _cells(args, run_id: str, git: str, tolerance: float) -> list[dict]:
-    from artifact.results import config_hash
-    geo = get_model_config(args.model).geometry
-    cells = []
-    for L in args.prompts:
-        for T in args.T:
-            for path in args.paths:
-                cell = dict(suite="full_model", path=path, geometry=args.model, R=args.R, W=args.W, T=T, O=T + 1,
-                            HK=geo.hk, HV=geo.hv, K=geo.k, V=geo.v, prompt_len=L, lineage="beam", seed=args.seed,
-                            tolerance=tolerance)
-                cell.update(config_hash=config_hash({**cell, "join_key": "full_model"}), run_id=run_id,
-                            git_commit=git)
-                cells.append(cell)
-    return cells
-
-
-def main(argv=None) -> int:
-    """Run the Fig 6 grid (or a part) without Hydra, append rows to a results CSV, print the table."""
-    import argparse
-    import datetime
-    from types import SimpleNamespace
-
-    from artifact.measure import DEFAULT_TOLERANCE
-    from artifact.model.fig6_table import FIG6_PATHS, format_fig6
-    from artifact.results import append_row, finished_hashes, git_commit, write_env
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--paths", nargs="+", default=list(FIG6_PATHS))
-    ap.add_argument("--prompts", nargs="+", type=int, default=[1024, 5120])
-    ap.add_argument("--T", nargs="+", type=int, default=[2, 3, 4, 5, 6])
-    ap.add_argument("--R", type=int, default=4)
-    ap.add_argument("--W", type=int, default=256)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--model", default="qwen3_5_0_8b")
-    ap.add_argument("--checkpoint", default=None)
-    ap.add_argument("--repeats", type=int, default=10)
-    ap.add_argument("--warmup", type=int, default=2)
-    ap.add_argument("--tolerance", type=float, default=DEFAULT_TOLERANCE)
-    ap.add_argument("--results-dir", default="results")
-    ap.add_argument("--csv", default=None, help="default: <results-dir>/full_model.csv")
-    ap.add_argument("--redo", action="store_true", help="re-run cells already in the CSV")
-    ap.add_argument("--cpu", action="store_true", help="allow a CPU run (correctness only)")
-    ap.add_argument("--compile", choices=["auto", "on", "off"], default="auto",
-                    help="torch.compile the non-recurrent ops (auto: on a GPU)")
-    ap.add_argument("--table-only", action="store_true", help="print the table from the CSV; run nothing")
-    ap.add_argument("--profile", default=None, metavar="DIR",
-                    help="also write a per-kernel time table of one search per cell into DIR")
-    args = ap.parse_args(argv)
-
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    results_dir = Path(args.results_dir)
-    out_csv = Path(args.csv) if args.csv else results_dir / "full_model.csv"
-    if args.table_only:
-        rows = list(csv.DictReader(open(out_csv))) if out_csv.exists() else []
-        side = results_dir / SIDE_FILE
-        rec = {r["config_hash"]: float(r["recurrent_ms"]) for r in csv.DictReader(open(side))
-               if r["recurrent_ms"] not in ("", "nan")} if side.exists() else {}
-        for r in rows:
-            r["latency_ms"] = float(r["latency_ms"]) if r.get("latency_ms") not in (None, "") else math.nan
-        print(format_fig6([r for r in rows if r.get("suite", "full_model") == "full_model"], rec))
-        return 0
-    run_id = "full_model-" + datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    git = git_commit()
-    write_env(results_dir / "env" / f"{run_id}.json", {"runner": "artifact.fullmodel_bench", "argv": vars(args)})
-    cfg = {"full_model": {"model": args.model, "checkpoint": args.checkpoint, "repeats": args.repeats,
-                          "warmup": args.warmup, "cpu": args.cpu, "profile": args.profile,
-                          "compile": {"auto": None, "on": True, "off": False}[args.compile]}}
-    ctx = SimpleNamespace(device=device, tolerance=args.tolerance, time_it=device.type == "cuda", run_id=run_id,
-                          git_commit=git, results_dir=results_dir, started=lambda c: print(
-                              f"[fig6] {c['path']} L={c['prompt_len']} O={c['O']} ...", flush=True))
-    done = set() if args.redo else finished_hashes(out_csv)
-    cells = [c for c in _cells(args, run_id, git, args.tolerance) if c["config_hash"] not in done]
-    rows, rec, failed = [], {}, 0
-    for row, side in iter_cells(cfg, cells, ctx):
-        append_row(out_csv, row)
-        rows.append(row)
-        failed += row["status"] == "failed"
-        if side:
-            rec[row["config_hash"]] = side["recurrent_ms"]
-        print(f"[fig6]   -> {row['status']} latency_ms={row.get('latency_ms', '')} "
-              f"max_abs_err={row.get('max_abs_err', '')} {row.get('reason', '')}", flush=True)
-    print(format_fig6(rows, rec))
-    print(f"\n{len(rows)} cells run ({failed} failed); {len(done)} already in {out_csv}; rows appended there")
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,16 +1,17 @@
 """What one launch per step costs when each launch only streams its step's bytes, and what the timer's L2 flush
-adds: `python -m kernels.launch_floor` (a benchmark, GPU only; results/kernels/launch_floor_*.log).
+adds: `python -m tools.launch_floor` (a benchmark, GPU only; results/kernels/launch_floor_*.log).
 
 The memory floor of `kernels.bench` moves a decode's compulsory bytes as one stream at copy bandwidth. A decode
 step is one launch, and a launch does not stream from its first nanosecond to its last: the work ramps up after the
-launch and drains before the next. And the timer (`triton.testing.do_bench`, DESIGN section 4) flushes L2 by
-zeroing a 256 MB buffer before each replay, which leaves L2 full of dirty lines that the timed replay then writes
-back. Per issue-3 cell (Qwen3.5-0.8B, W=512, the bench's workload), each CUDA graph below is timed twice, as
-do_bench does (`flush`: zero 256 MB, then the timed replay) and with the flush's dirty lines written back before
-the timer starts (`clean`: zero 256 MB, read another 256 MB, then the timed replay); median of 100 replays:
+launch and drains before the next. And the kernel-level timer (artifact.timing.time_replay, docs/design.md §5)
+flushes L2 by zeroing a 256 MB buffer before each replay, which leaves L2 full of dirty lines that the timed replay
+then writes back. Per cell of the bench's workload (Qwen3.5-0.8B, W=512; R 4 / 16, O 3 / 7), each CUDA graph
+below is timed twice (artifact.timing.time_events), as the replay timer does (`flush`: zero 256 MB, then the
+timed replay) and with the flush's dirty lines written back before the timer starts (`clean`: zero 256 MB, read
+another 256 MB, then the timed replay); median of 100 replays:
 - `stream`: T launches of a Triton copy kernel, launch t moving step t's compulsory bytes (`onela_step_bytes`:
   half read, half written); `stream1`: one launch moving all T steps' bytes;
-- `torch`: the same T copies by `Tensor.copy_` (what stop 20's copy_floor.log timed);
+- `torch`: the same T copies by `Tensor.copy_`;
 - `empty`: T launches of a one-element kernel (what the launches alone cost);
 - `onela`: the path's default kernels on the bench's workload (gated against FP32 FullState first).
 `stream` is what a kernel that streams its bytes at copy speed, one launch per step, would take."""
@@ -21,9 +22,10 @@ import torch
 import triton
 import triton.language as tl
 
-from artifact.measure import DEFAULT_TOLERANCE, _capture, max_abs_err, measure_ceilings, scramble_
+from artifact.measure import DEFAULT_TOLERANCE, max_abs_err, measure_ceilings, scramble_
 from artifact.reference import fullstate_decode
 from artifact.results import env_record
+from artifact.timing import capture_graph, record_each, time_events
 from artifact.workload import make_workload
 from kernels.onela import OneLAPath, onela_step_bytes
 
@@ -41,36 +43,25 @@ def _copy(src, dst):
 
 
 def _graph(fn):
-    fn()
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        fn()
-    return g
+    return capture_graph(fn, warmup=1)[0]
 
 
 def _median_ms(replay, clean: bool, bufs, n: int = 100) -> float:
-    """Median ms of `replay` after each flush (do_bench's zero of 256 MB; `clean`: then a read of 256 MB)."""
+    """Median ms of `replay` after each flush (the replay timer's zero of 256 MB; `clean`: then a read of 256 MB)."""
     flush, other = bufs
-    for _ in range(10):
-        replay()
-    ev = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(n)]
-    for s, e in ev:
+
+    def before():
         flush.zero_()
         if clean:
             other.sum()
-        s.record()
-        replay()
-        e.record()
-    torch.cuda.synchronize()
-    return float(torch.tensor([s.elapsed_time(e) for s, e in ev]).median())
+    return time_events(record_each([replay], before), repeats=n, warmup=10, stats="torch").median_ms
 
 
 def main():
     if not torch.cuda.is_available():
-        raise SystemExit("kernels.launch_floor needs a CUDA GPU (CPU timings are not performance)")
+        raise SystemExit("tools.launch_floor needs a CUDA GPU (CPU timings are not performance)")
     ceilings = measure_ceilings()
-    out = {"env": env_record({"ceilings": ceilings, "command": "python -m kernels.launch_floor"}), "rows": []}
+    out = {"env": env_record({"ceilings": ceilings, "command": "python -m tools.launch_floor"}), "rows": []}
     bufs = tuple(torch.ones(_FLUSH, dtype=torch.int32, device="cuda") for _ in range(2))
     for R, O in ((4, 3), (4, 7), (16, 3), (16, 7)):
         wl = make_workload("qwen3_5_0_8b", R, 512, O - 1, lineage="beam", seed=0, device="cuda")
@@ -83,7 +74,7 @@ def main():
         path = OneLAPath()
         static = scramble_(wl.clone())
         path.prepare(static)
-        g_onela, o = _capture(path, static)
+        g_onela, o = capture_graph(lambda: path.run(static), warmup=2)
         static.copy_(wl)
         g_onela.replay()
         err = max_abs_err(o, fullstate_decode(wl))

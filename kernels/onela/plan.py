@@ -1,0 +1,79 @@
+"""Which kernels one OneLA decode step launches, with which tiles: one place for the stepper and `tools.inspect`.
+
+`launch_config` holds only adopted choices, each a function of the inputs (head sizes, beam width, grid size,
+GPU); `step_launches` turns it into step t's launches. Why each choice: kernels/NOTES.md ("Triton kernels",
+"Warp-specialised kernel").
+"""
+from __future__ import annotations
+
+import os
+
+import triton
+
+from kernels.onela.ws import VC_TILE, ws_fuses_step, ws_launch_params
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+
+# Tuning constants of the Triton kernels (kernels/NOTES.md, "Triton kernels"):
+_WARPS = 4               # main kernel
+_PREP_BEAMS = 16         # prep kernel's beam tile: wider tiles spill its [BB, K] k-hat rows at K = 256
+_PREP_WARPS = 4
+_MAX_BEAM_ITERS = 8      # beam tiles one main-kernel program runs, at most
+
+# The keys a caller may set (tests, tools): the tiles of the same kernels on small shapes, programmatic
+# dependent launch off, or the Triton kernels where the warp-specialised one would run.
+CONFIG_KEYS = ("BB", "BV", "BK", "beam_iters", "pdl", "ws")
+
+
+def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 132, G: int = 1,
+                  pdl_ok: bool = True) -> dict:
+    """Tiles and kernel choices of a decode shape.
+
+    BB (beams per tile) 64, or W rounded up to a power of two >= 16 when W < 64. BV (value columns per
+    program) 128 at K <= 128, 64 at K = 256, where the projection runs in K-chunks of BK = 64 (one [BV, 256] S
+    tile would not fit the registers). beam_iters: with one S tile per program (BK == K), each program runs the
+    most beam tiles (up to 8, never more than W / BB) that still leave about two programs per SM, reusing its
+    split S tile. pdl (programmatic dependent launch, Hopper only: `pdl_ok`): 2 waits for the previous launch
+    after the S tile's load and split when a program runs several beam tiles, 1 after the first tile's
+    projections otherwise; 0 launches plainly. s_lo: the u_q projection also takes S's bf16 lo plane at K > 128
+    ("q"); at K <= 128 both projections take S rounded to bf16 ("none"); both stay within the error bound
+    (docs/design.md §2). fuse_step0: step 0 is one main-kernel launch where the S tile spans K and a key head
+    has at most two value heads. ws: the warp-specialised kernel where K = 128 and V is a multiple of 128
+    (it also needs Hopper, W a multiple of 64 and bf16 row inputs: checked per decode and per step)."""
+    bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
+    bv = min(V, 128 if K <= 128 else 64)
+    bk = K if K <= 128 else 64
+    tiles = R * HV * triton.cdiv(W, bb) * (V // bv)
+    iters = 1
+    while bk == K and iters < min(_MAX_BEAM_ITERS, triton.cdiv(W, bb)) and tiles / (2 * iters) >= 0.9 * 2 * n_sm:
+        iters *= 2
+    return {"BB": bb, "BV": bv, "BK": bk, "beam_iters": iters, "pdl": (2 if iters > 1 else 1) if pdl_ok else 0,
+            "s_lo": "none" if K <= 128 else "q", "fuse_step0": bk == K and G <= 2,
+            "ws": K == 128 and V % VC_TILE == 0}
+
+
+def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, interpret: bool = _INTERPRET,
+                  ws_ok: bool = False, n_sm: int = 132) -> dict:
+    """Kernel name -> (grid, constexpr arguments, launch options) of step t under launch config `cfg`: "prep" and
+    "main" (the Triton kernels; step 0 "main" alone under fuse_step0), or where `ws_ok` (the warp-specialised
+    kernel takes this shape and these inputs) "ws" -- alone when it does the whole step, after "prep" otherwise."""
+    pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
+    if ws_ok and cfg["ws"] and not interpret:    # the interpreter runs no Gluon
+        fuse = ws_fuses_step(geo, t)
+        grid, const, opts = ws_launch_params(geo, R, W, t, fuse, n_sm)
+        ws = {"ws": (grid, const, {**opts, "launch_pdl": bool(pdl)})}
+        return ws if fuse else {"prep": _prep_launch(geo, R, W, t, pdl), **ws}
+    iters = cfg["beam_iters"]
+    key_axis = bool(cfg["fuse_step0"]) and t == 0 and cfg["BK"] == geo.k     # step 0 in one launch
+    main = ((geo.v // cfg["BV"], triton.cdiv(W, cfg["BB"] * iters), R * geo.hv),
+            dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"], BEAM_ITERS=iters,
+                 QK_BF16=qk_bf16, UPCAST=interpret, PDL=pdl, S_LO=int(cfg["s_lo"] == "q"), KEY_AXIS=key_axis),
+            {"num_warps": _WARPS, "num_stages": 1, "launch_pdl": bool(pdl)})
+    return {"main": main} if key_axis else {"prep": _prep_launch(geo, R, W, t, pdl), "main": main}
+
+
+def _prep_launch(geo, R: int, W: int, t: int, pdl: int) -> tuple:
+    tp = max(2, triton.next_power_of_2(t))
+    return ((triton.cdiv(W, _PREP_BEAMS), R * geo.hk),
+            dict(K=geo.k, G=geo.group, STEP=t, TP=tp, BB=_PREP_BEAMS, PDL=pdl),
+            {"num_warps": _PREP_WARPS, "launch_pdl": bool(pdl)})

@@ -1,0 +1,358 @@
+"""OneLA's decode step in Triton: a key-axis prep kernel and the shared-context main kernel (paper §3.4).
+
+These run wherever the warp-specialised kernel (`kernels/onela/ws.py`) does not: K = 256, V not a multiple of
+128, W not a multiple of 64, inputs that are not bf16 rows, GPUs other than Hopper, and the CPU interpreter.
+
+- `onela_prep_kernel`, once per (request, key head, beam tile): everything on the key axis and every per-beam
+  scalar -- L2 norms (with the K^-1/2 scale), k-hat_t and alpha_t = exp(g) of the new GTR, beam b's ancestry row
+  (read at row parent(b) of the previous table, written to the other of two ping-pong tables: a gather of
+  indices, never of records), the dots k-hat_j . q-hat and k-hat_j . k-hat of every ancestral record, and the
+  suffix products of the ancestral alphas, as a small coefficient table.
+- `onela_main_kernel`, one program per (BV tile of V, BEAM_ITERS beam tiles, request x value head): loads the
+  S_ctx[r, hv][BV, K] tile once and uses it for every beam tile it runs -- u_q = q S^T and u_k = k S^T on the
+  tensor cores, bf16 q, k against S split into bf16 planes -- then replays the ancestral GTRs in closed form,
+  u = P u0 + sum_j c_j delta_j (each delta_j gathered through the ancestry row independently of the others),
+  forms delta_t and o_t, and appends delta_t.
+Only the new GTR (alpha fp32, delta bf16, k-hat bf16) is written; no per-beam [V, K] state ever is. With
+programmatic dependent launch (PDL, Hopper) each launch reads only its step's inputs before
+`griddepcontrol.wait` and everything earlier launches wrote after it, so its S tile load and first projections
+overlap the previous launch's tail. Where the S tile spans K and a key head has at most two value heads, step 0
+(nothing to replay) is one launch: the main kernel does the prep kernel's step-0 work (KEY_AXIS).
+Why each choice: kernels/NOTES.md ("Triton kernels").
+"""
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+from triton.language.extra import cuda as tl_cuda
+
+from kernels.onela.records import record_row
+
+# Depths of the replay loop in flight: one depth's gathered rows live at a time, the next prefetched. Bounds the
+# registers, so the beam loop runs at every step without spilling.
+_REPLAY_STAGES = tl.constexpr(3)
+
+
+@triton.jit
+def _mm(a, b, UPCAST: tl.constexpr):
+    """a @ b with fp32 accumulation; UPCAST (CPU interpreter only, whose bf16 tl.dot is broken in Triton 3.6)
+    multiplies the same bf16 values as exact fp32 -- identical math."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+    return tl.dot(a, b)
+
+
+@triton.jit
+def _norms(qf, kf, K: tl.constexpr):
+    """(inv_q, inv_k, k-hat . q-hat) of fp32 q, k rows [BB, K]: q-hat = q * inv_q (with the K^-1/2 scale),
+    k-hat = k * inv_k, eps as fla's l2norm. One definition for the prep kernel and the one-launch step 0."""
+    inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)
+    inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)
+    return inv_q, inv_k, tl.sum(qf * kf, axis=1) * inv_q * inv_k
+
+
+@triton.jit
+def _store_khat(khat_ptr, row, kf, inv_k, mask, K: tl.constexpr):
+    """The key part of records at rows `row` [BB]: k-hat = k * inv_k (fp32 k rows [BB, K])."""
+    tl.store(khat_ptr + row.to(tl.int64)[:, None] * K + tl.arange(0, K)[None, :],
+             (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, dims, offs_b, mask_b,
+              K: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr, PDL: tl.constexpr):
+    """The key-axis work of step STEP for BB beams of key head hk: L2 norms, k-hat_t stored, beam b's ancestry
+    row h_t(b, j) = h_{t-1}(parent(b), j) for j < t-1 and h_t(b, t-1) = parent(b), and k-hat_j . q-hat /
+    k-hat_j . k-hat of every ancestral record, as [BB, TP] columns. Returns (inv_q, inv_k, kq_t, slots, kqs,
+    kks). Before the PDL wait it reads only this step's inputs (q, k); every store and every read of the store
+    or the ancestry comes after it."""
+    R, W, HK, T_CAP = dims
+    offs_k = tl.arange(0, K)
+    offs_t = tl.arange(0, TP)
+    qk_off = qk_row[:, None] + offs_k[None, :]
+    qf = tl.load(q_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
+    kf = tl.load(k_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
+    inv_q, inv_k, kq_t = _norms(qf, kf, K)
+    if PDL:
+        tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
+    _store_khat(khat_ptr, record_row(STEP, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b[:, None], K)
+    slots = tl.zeros([BB, TP], dtype=tl.int32)
+    kqs = tl.zeros([BB, TP], dtype=tl.float32)
+    kks = tl.zeros([BB, TP], dtype=tl.float32)
+    if STEP > 0:
+        par = tl.load(par_ptr + r * W + offs_b, mask=mask_b, other=0)
+        for j in tl.static_range(STEP):
+            if j == STEP - 1:
+                slot = par
+            else:
+                slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
+            slots = tl.where(offs_t[None, :] == j, slot[:, None], slots)
+            k_j = tl.load(khat_ptr + record_row(j, r, hk, slot, R, HK, W).to(tl.int64)[:, None] * K
+                          + offs_k[None, :], mask=mask_b[:, None], other=0.0).to(tl.float32)
+            kqs = tl.where(offs_t[None, :] == j, (tl.sum(k_j * qf, axis=1) * inv_q)[:, None], kqs)
+            kks = tl.where(offs_t[None, :] == j, (tl.sum(k_j * kf, axis=1) * inv_k)[:, None], kks)
+    return inv_q, inv_k, kq_t, slots, kqs, kks
+
+
+@triton.jit
+def onela_prep_kernel(
+    q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr,
+    R, W, HV, HK, T_CAP, sq,
+    K: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """Everything of step STEP that lives on the key axis or is a per-beam scalar, once per key head.
+
+    Writes beam b's ancestry row, k-hat_t (the new GTR's key), alpha_t, and for each value head of the group
+    the coefficients of the closed-form replay (module docstring), so the main kernel needs no K-axis work
+    beyond its two projections and no dependent loads. Every depth's ancestral alpha is gathered as one
+    [BB, TP] tile before the suffix products, so the product chain holds no memory round trip. sq: q and k's
+    (request, beam, head) strides."""
+    if PDL:
+        tl_cuda.gdc_launch_dependents()     # the main kernel may start its S load and projections meanwhile
+    pid_b = tl.program_id(0)
+    pid_rh = tl.program_id(1)
+    r = pid_rh // HK
+    hk = pid_rh % HK
+    offs_b = pid_b * BB + tl.arange(0, BB)
+    mask_b = offs_b < W
+    offs_t = tl.arange(0, TP)
+    rw = r * W + offs_b
+
+    sq_r, sq_w, sq_h = sq
+    qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
+    inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
+        q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, (R, W, HK, T_CAP), offs_b, mask_b,
+        K, STEP, TP, BB, PDL)
+    if STEP > 0:
+        if hk == 0:
+            tl.store(anc_next_ptr + rw[:, None] * T_CAP + offs_t[None, :], slots,
+                     mask=mask_b[:, None] & (offs_t[None, :] < STEP))
+
+    # per value head: u_t = alpha_t * (P u0 + sum_j c_j (k_j . x) delta_j), c_j = prod_{i>j} alpha_i, P = c_{-1}.
+    # Coefficient table coef[col, r, hv, b]: 0 = alpha_t P inv_q, 1 = alpha_t P inv_k, 2 = k-hat . q-hat,
+    # 3 + 2j = alpha_t c_j (k_j . q-hat), 4 + 2j = alpha_t c_j (k_j . k-hat).
+    plane = R * HV * W
+    for i in tl.static_range(G):
+        hv = hk * G + i
+        gb_off = rw * HV + hv
+        alpha = tl.exp(tl.load(g_ptr + gb_off, mask=mask_b, other=0.0))
+        tl.store(alpha_ptr + record_row(STEP, r, hv, offs_b, R, HV, W), alpha, mask=mask_b)
+        base = coef_ptr + (r * HV + hv) * W + offs_b
+        c = alpha                                          # alpha_t * prod_{i > j} alpha_i, built from j = t-1 down
+        depth = offs_t[None, :]
+        alphas = tl.load(alpha_ptr + record_row(depth, r, hv, slots, R, HV, W),
+                         mask=mask_b[:, None] & (depth < STEP), other=1.0)
+        for jj in tl.static_range(STEP):
+            j = STEP - 1 - jj
+            kq = tl.sum(tl.where(offs_t[None, :] == j, kqs, 0.0), axis=1)
+            kk = tl.sum(tl.where(offs_t[None, :] == j, kks, 0.0), axis=1)
+            tl.store(base + (3 + 2 * j) * plane, c * kq, mask=mask_b)
+            tl.store(base + (4 + 2 * j) * plane, c * kk, mask=mask_b)
+            c = c * tl.sum(tl.where(offs_t[None, :] == j, alphas, 0.0), axis=1)
+        tl.store(base, c * inv_q, mask=mask_b)
+        tl.store(base + plane, c * inv_k, mask=mask_b)
+        tl.store(base + 2 * plane, kq_t, mask=mask_b)
+
+
+@triton.jit
+def _s_split(s_ptr, s_row, offs_k, S_LO: tl.constexpr):
+    """S[rows, offs_k] (fp32) as bf16 planes, transposed for the dots: hi (S rounded to bf16) and, where S_LO,
+    lo = S - hi, so that q S_hi + q S_lo is fp32-accurate at the bf16 rate (bf16 q, k are exact in bf16; tf32
+    would round S to 11 bits). S_LO == 0: the lo plane is not formed (hi returned twice)."""
+    s_tile = tl.load(s_ptr + s_row[:, None] + offs_k[None, :])                  # [BV, BK] fp32
+    s_hi = s_tile.to(tl.bfloat16)
+    if S_LO == 0:
+        return tl.trans(s_hi), tl.trans(s_hi)
+    s_lo = (s_tile - s_hi.to(tl.float32)).to(tl.bfloat16)
+    return tl.trans(s_hi), tl.trans(s_lo)
+
+
+@triton.jit
+def _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b):
+    """Raw q, k [BB, len(offs_k)] of the beam tile."""
+    q_in = tl.load(q_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
+    k_in = tl.load(k_ptr + qk_row[:, None] + offs_k[None, :], mask=mask_b[:, None], other=0.0)
+    return q_in, k_in
+
+
+@triton.jit
+def _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16: tl.constexpr, UPCAST: tl.constexpr, S_LO: tl.constexpr):
+    """u_q = q S^T and u_k = k S^T (raw q, k) against a split S tile: [BB, BV] each. With S_LO, u_q also takes
+    S's lo plane; u_k never does. Inputs other than bf16 are split too (bf16 part + residual; the residual
+    against S's hi plane only)."""
+    if QK_BF16:
+        qb = q_in
+        kb = k_in
+    else:
+        qf = q_in.to(tl.float32)
+        kf = k_in.to(tl.float32)
+        qb = qf.to(tl.bfloat16)
+        kb = kf.to(tl.bfloat16)
+    u_q = _mm(qb, s_hi_t, UPCAST)          # u_q's products, then u_k's: this order compiles to the fewest
+    if S_LO:                                 # registers (interleaving them spills at K = 128)
+        u_q += _mm(qb, s_lo_t, UPCAST)
+    if not QK_BF16:
+        u_q += _mm((qf - qb.to(tl.float32)).to(tl.bfloat16), s_hi_t, UPCAST)
+    u_k = _mm(kb, s_hi_t, UPCAST)
+    if not QK_BF16:
+        u_k += _mm((kf - kb.to(tl.float32)).to(tl.bfloat16), s_hi_t, UPCAST)
+    return u_q, u_k
+
+
+@triton.jit
+def _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K: tl.constexpr, BB: tl.constexpr,
+                 BV: tl.constexpr, BK: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
+                 S_LO: tl.constexpr):
+    """u_q, u_k [BB, BV] over all of K: against the program's split S tile (BK == K, split once by the caller
+    and reused for every beam tile it runs), or K in chunks of BK, each chunk of S loaded and split here (fewer
+    live registers). A chunk's q, k loads issue before its S load and split, so all of them are in flight
+    before the first convert."""
+    if BK == K:
+        q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, tl.arange(0, K), mask_b)
+        u_q, u_k = _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16, UPCAST, S_LO)
+    else:
+        u_q = tl.zeros([BB, BV], dtype=tl.float32)
+        u_k = tl.zeros([BB, BV], dtype=tl.float32)
+        for kc in tl.range(0, K, BK, num_stages=1):
+            offs_k = kc + tl.arange(0, BK)
+            q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, offs_k, mask_b)
+            c_hi_t, c_lo_t = _s_split(s_ptr, s_row, offs_k, S_LO)
+            d_q, d_k = _qk_dots(q_in, k_in, c_hi_t, c_lo_t, QK_BF16, UPCAST, S_LO)
+            u_q += d_q
+            u_k += d_k
+    return u_q, u_k
+
+
+@triton.jit
+def _s_tile(s_ptr, s_row, K: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, S_LO: tl.constexpr):
+    """The program's split S tile when the projection is one tile (BK == K); dummies for the K-chunked one."""
+    if BK == K:
+        s_hi_t, s_lo_t = _s_split(s_ptr, s_row, tl.arange(0, K), S_LO)
+    else:
+        s_hi_t = tl.zeros([16, 16], dtype=tl.bfloat16)
+        s_lo_t = s_hi_t
+    return s_hi_t, s_lo_t
+
+
+@triton.jit
+def _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b, offs_v,
+                sv, V: tl.constexpr, STEP: tl.constexpr):
+    """delta_t = beta (v - u_k) and o_t = u_q + delta_t (k-hat . q-hat) from the replayed projections; stores
+    o_t and appends delta_t as the new GTR's value part (written once)."""
+    sv_r, sv_w, sv_h = sv
+    gb_off = (r * W + offs_b) * HV + hv
+    beta = tl.load(beta_ptr + gb_off, mask=mask_b, other=0.0)
+    v = tl.load(v_ptr + r * sv_r + offs_b[:, None] * sv_w + hv * sv_h + offs_v[None, :],
+                mask=mask_b[:, None], other=0.0).to(tl.float32)
+    delta = beta[:, None] * (v - u_k)
+    o = u_q + delta * kq_t[:, None]
+    row_v = gb_off.to(tl.int64)[:, None] * V + offs_v[None, :]
+    tl.store(out_ptr + row_v, o.to(out_ptr.dtype.element_ty), mask=mask_b[:, None])
+    tl.store(delta_ptr + record_row(STEP, r, hv, offs_b, R, HV, W).to(tl.int64)[:, None] * V + offs_v[None, :],
+             delta.to(delta_ptr.dtype.element_ty), mask=mask_b[:, None])
+
+
+@triton.jit
+def _head_tile(s_ptr, HV, G: tl.constexpr, K: tl.constexpr, V: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr,
+               S_LO: tl.constexpr):
+    """This program's (request, value head, key head), its V columns and its split S_ctx[r, hv] tile -- what it
+    keeps for every beam tile it runs."""
+    pid_v = tl.program_id(0)          # fastest: the V tiles of one beam tile run together and share q, k in L2
+    pid_rh = tl.program_id(2)
+    r = pid_rh // HV
+    hv = pid_rh % HV
+    offs_v = pid_v * BV + tl.arange(0, BV)
+    s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
+    s_hi_t, s_lo_t = _s_tile(s_ptr, s_row, K, BV, BK, S_LO)
+    return r, hv, hv // G, offs_v, s_row, s_hi_t, s_lo_t
+
+
+@triton.jit
+def _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP, plane, offs_v, mask_b,
+                  V: tl.constexpr):
+    """Add depth j's ancestral record: u += c_j (k_j . x) delta_j, delta_j gathered through the ancestry row."""
+    slot = tl.load(anc_ptr + rw * T_CAP + j, mask=mask_b, other=0)
+    d_j = tl.load(delta_ptr + record_row(j, r, hv, slot, R, HV, W).to(tl.int64)[:, None] * V + offs_v[None, :],
+                  mask=mask_b[:, None], other=0.0).to(tl.float32)
+    u_q += tl.load(cbase + (3 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
+    u_k += tl.load(cbase + (4 + 2 * j) * plane, mask=mask_b, other=0.0)[:, None] * d_j
+    return u_q, u_k
+
+
+@triton.jit
+def _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, r, offs_b, hv, hk, R, W, HV, HK, mask_b, G: tl.constexpr,
+                   K: tl.constexpr):
+    """Step 0's records of the beam tile: alpha_0 of value head hv and, from the group's first value head, k-hat_0
+    of key head hk; written by the first V tile's program only."""
+    if tl.program_id(0) == 0:
+        tl.store(alpha_ptr + record_row(0, r, hv, offs_b, R, HV, W), alpha, mask=mask_b)
+        if hv % G == 0:
+            _store_khat(khat_ptr, record_row(0, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b[:, None], K)
+
+
+@triton.jit
+def onela_main_kernel(
+    inputs, s_ptr, anc_ptr, coef_ptr, records, out_ptr,
+    R, W, HV, HK, T_CAP, sq, sv,
+    K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr,
+    BB: tl.constexpr, BV: tl.constexpr, BK: tl.constexpr, BEAM_ITERS: tl.constexpr, QK_BF16: tl.constexpr,
+    UPCAST: tl.constexpr, PDL: tl.constexpr, S_LO: tl.constexpr, KEY_AXIS: tl.constexpr,
+):
+    """The shared-context part: one S_ctx[BV, K] tile, loaded and split once, used for the BEAM_ITERS beam
+    tiles of BB beams this program runs -- both projections on the tensor cores, the replay as a weighted sum
+    of gathered delta rows (independent loads), delta_t and o_t. inputs = (q, k, v, g, beta) pointers,
+    records = the GtrStore's (alpha, k-hat, delta) pointers, sq / sv = q and k's / v's (request, beam, head)
+    strides.
+
+    PDL 2 waits for the previous launch after the S tile's load and split (every beam tile's loop body is then
+    the same), PDL 1 after the first beam tile's projections (they overlap too); either way the next launch may
+    start early, its reads of its own step's inputs overlapping this kernel's tail.
+
+    KEY_AXIS (step 0 only, one S tile over all of K): the program also does the prep kernel's step-0 work for its
+    beams -- q, k norms and k-hat . q-hat from the q, k tile it loads for the projections, alpha = exp(g), and
+    the k-hat_0 and alpha_0 records -- so step 0 is one launch and q, k are read once."""
+    q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr = inputs
+    alpha_ptr, khat_ptr, delta_ptr = records
+    sq_r, sq_w, sq_h = sq
+    if PDL:
+        tl_cuda.gdc_launch_dependents()     # the next step's prep may start its q, k loads meanwhile
+    pid_b = tl.program_id(1)
+    r, hv, hk, offs_v, s_row, s_hi_t, s_lo_t = _head_tile(s_ptr, HV, G, K, V, BV, BK, S_LO)
+    if PDL == 2:
+        tl_cuda.gdc_wait()          # only the S tile's load and split overlap the prep kernel
+    plane = R * HV * W
+    for it in tl.range(0, BEAM_ITERS, num_stages=1):
+        offs_b = (pid_b * BEAM_ITERS + it) * BB + tl.arange(0, BB)
+        mask_b = offs_b < W
+        rw = r * W + offs_b
+        qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
+        cbase = coef_ptr + (r * HV + hv) * W + offs_b
+        if KEY_AXIS:                # step 0's prep work, from the tile this program loads anyway (see above)
+            q_in, k_in = _qk_load(q_ptr, k_ptr, qk_row, tl.arange(0, K), mask_b)
+            qf = q_in.to(tl.float32)
+            kf = k_in.to(tl.float32)
+            inv_q, inv_k, kq_t = _norms(qf, kf, K)
+            alpha = tl.exp(tl.load(g_ptr + rw * HV + hv, mask=mask_b, other=0.0))
+            if PDL != 1:            # already past the wait: the records go out before the dots (fewer live registers)
+                _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, r, offs_b, hv, hk, R, W, HV, HK, mask_b, G, K)
+            u_q, u_k = _qk_dots(q_in, k_in, s_hi_t, s_lo_t, QK_BF16, UPCAST, S_LO)
+            if PDL == 1:
+                tl_cuda.gdc_wait()  # every store comes after the previous launch is done
+                _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, r, offs_b, hv, hk, R, W, HV, HK, mask_b, G, K)
+            u_q = u_q * (alpha * inv_q)[:, None]
+            u_k = u_k * (alpha * inv_k)[:, None]
+        else:
+            u_q, u_k = _projections(q_ptr, k_ptr, s_ptr, qk_row, s_row, mask_b, s_hi_t, s_lo_t, K, BB, BV, BK,
+                                    QK_BF16, UPCAST, S_LO)
+            if PDL == 1:
+                tl_cuda.gdc_wait()      # prep of this step is done (a no-op after the first beam tile)
+            u_q = u_q * tl.load(cbase, mask=mask_b, other=0.0)[:, None]
+            u_k = u_k * tl.load(cbase + plane, mask=mask_b, other=0.0)[:, None]
+            kq_t = tl.load(cbase + 2 * plane, mask=mask_b, other=0.0)
+        for j in tl.range(0, STEP, num_stages=_REPLAY_STAGES):
+            u_q, u_k = _replay_depth(u_q, u_k, j, anc_ptr, delta_ptr, cbase, rw, r, hv, R, W, HV, T_CAP,
+                                     plane, offs_v, mask_b, V)
+
+        _write_step(u_q, u_k, kq_t, v_ptr, beta_ptr, out_ptr, delta_ptr, r, hv, R, W, HV, offs_b, mask_b,
+                    offs_v, sv, V, STEP)
