@@ -17,7 +17,7 @@ Tolerances. Logits are compared relative to the largest |logit| on transformers'
 The paths that are fp32 end to end (`reference_fullstate`, plain torch, and `controlled_fullstate`, the fp32
 Triton kernel) may differ from transformers only by fp32 rounding in another order of operations (chunked GDN
 on both sides but different algebra, SDPA against our two-part softmax merge, fused against separate
-projections): measured at most 5.2e-7 relative in prefill and 2.8e-7 in decode; the bound is 1e-4. `onela` is
+projections): measured at most 7.2e-7 relative in prefill and 2.8e-7 in decode; the bound is 1e-4. `onela` is
 not fp32 by design: its GTR records (delta, k-hat) are bf16 and its projections read q, k and S_ctx rounded to
 bf16, so a GDN output is good to about bf16's relative spacing 2^-8 = 3.9e-3; measured at most 1.0e-3 on the
 logits, and the bound is 5e-3. A beam's score adds T log-softmax values from decode calls (the first token's
@@ -42,7 +42,7 @@ transformers = pytest.importorskip("transformers", minversion="5.2")
 
 import artifact.model.prefill as prefill_module  # noqa: E402
 from artifact.model.beam import BeamResult  # noqa: E402
-from artifact.model.config import ModelConfig, hybrid_pattern  # noqa: E402
+from artifact.model.config import QWEN3_5_0_8B, ModelConfig, hybrid_pattern  # noqa: E402
 from artifact.model.decode import BeamDecoder  # noqa: E402
 from artifact.model.layers import apply_rotary, causal_conv_prefill, rms_norm, rotary_cos_sin  # noqa: E402
 from artifact.model.network import HybridModel  # noqa: E402
@@ -129,16 +129,20 @@ def test_transformers_loads_our_checkpoint_unchanged(pair):
 
 # ---- same weights, same logits ----
 
-@pytest.mark.parametrize("tied", [True, False])
-def test_prefill_logits_match_transformers(tmp_path, pair, tied):
+# Qwen3.5-0.8B's own head geometry (GDN 16 / 16 heads of 128, attention 8 q / 2 kv heads of 256, rotary on 64
+# dims, rope theta 1e7) around a narrow residual stream and a small vocabulary: plain torch only, no kernels.
+HEADS_0_8B = dataclasses.replace(QWEN3_5_0_8B, vocab_size=97, hidden_size=128, intermediate_size=256,
+                                 layer_types=QWEN3_5_0_8B.layer_types[:4])
+
+
+@pytest.mark.parametrize("variant", ["tied", "untied", "0.8b heads"])
+def test_prefill_logits_match_transformers(tmp_path, pair, variant):
     """Logits at every position of R prompts of 70 tokens (both sides' GDN prefill is chunked by 64)."""
-    if tied:
-        ours, hf, _, _, prompt = pair
-    else:
-        cfg = dataclasses.replace(HF_TINY, tie_word_embeddings=False)
-        ours, hf, info, _ = _pair(tmp_path, cfg, 2, pair[0].device)
-        assert not info["missing_keys"] and not info["unexpected_keys"], info
-        prompt = pair[4]
+    ours, hf, _, _, prompt = pair
+    if variant != "tied":
+        cfg = dataclasses.replace(HF_TINY, tie_word_embeddings=False) if variant == "untied" else HEADS_0_8B
+        ours, hf, info, _ = _pair(tmp_path, cfg, 2, ours.device)
+        assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"], info
     with torch.no_grad():
         ref = hf(input_ids=prompt).logits.float()
     assert ref.abs().max() > 0.5 and ref.std() > 0.1                      # logits that carry the model
