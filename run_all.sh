@@ -17,7 +17,7 @@ ensure_env() {
     python3 -m venv "$VENV"
   fi
   PY="$VENV/bin/python"
-  if ! "$PY" -c "import artifact, torch, triton, hydra, pytest, hypothesis, hydra_plugins.hydra_joblib_launcher" \
+  if ! "$PY" -c "import artifact, torch, triton, hydra, pytest, hypothesis, hydra_plugins.hydra_joblib_launcher, transformers" \
       >/dev/null 2>&1; then
     echo "[run_all] installing the project and its test dependencies into $VENV"
     "$PY" -m pip install -q --upgrade pip >/dev/null
