@@ -252,3 +252,56 @@ def test_beam_search_matches_transformers_generate(pair, hf_beams, path):
         assert _rel(ours.logits(res.hidden[t]), ref) < TOL[path], (path, t)
         scale = max(scale, float(ref.abs().max()))
     assert float((res.scores.cpu() - want_scores).abs().max()) < 2 * T * TOL[path] * scale, path
+
+
+# ---- the real geometry on the GPU ----
+
+@pytest.mark.gpu
+def test_gpu_qwen3_5_0_8b_matches_transformers(tmp_path):
+    """Qwen3.5-0.8B's whole config (24 layers, vocab 248,320, random transformers-style weights) on the H200:
+    transformers in fp32 (TF32 off) is the reference. Ours in fp32 matches its prefill logits to 1e-3 relative
+    (24 layers of fp32 in another order on the GPU). In bf16 -- the Fig 6 configuration -- a model can only be as
+    close as bf16 allows, so the stated bound is 1.5 times transformers' own bf16 error against the same reference
+    plus 1e-3: prefill logits, and the logits of 4 decode calls of one beam with `onela` and
+    `controlled_fullstate` against transformers' fp32 cached decode."""
+    from artifact.reference import full_precision
+    cfg = QWEN3_5_0_8B
+    save_hf_checkpoint(tmp_path, cfg, random_weights(cfg, seed=0, device="cuda"))
+    Rg, Lg, steps = 2, 300, 4
+    prompt = random_prompts(Rg, Lg, cfg.vocab_size, seed=1, device="cuda")
+    toks = torch.randint(0, cfg.vocab_size, (steps, Rg, 1), generator=torch.Generator().manual_seed(5)).cuda()
+
+    def hf_run(dtype):
+        hf = transformers.Qwen3_5ForCausalLM.from_pretrained(tmp_path, dtype=dtype).cuda().eval()
+        with torch.no_grad(), full_precision():
+            full = hf(input_ids=prompt).logits.float()
+            logits, cache = _hf_cached(hf, prompt)
+            dec = []
+            for t in range(steps):
+                logits, cache = _hf_cached(hf, toks[t], cache)
+                dec.append(logits)
+        del hf
+        torch.cuda.empty_cache()
+        return full, torch.stack(dec)
+
+    ref, ref_dec = hf_run(torch.float32)
+    hf16, hf16_dec = hf_run(torch.bfloat16)
+    bound, bound_dec = 1.5 * _rel(hf16, ref) + 1e-3, 1.5 * _rel(hf16_dec, ref_dec) + 1e-3
+    with full_precision():
+        ours32 = HybridModel.from_hf(tmp_path, torch.float32, "cuda")
+        assert _rel(sequence_logits(ours32, prompt), ref) < 1e-3
+        del ours32
+        torch.cuda.empty_cache()
+        ours = HybridModel.from_hf(tmp_path, torch.bfloat16, "cuda")
+        err = _rel(sequence_logits(ours, prompt), ref)
+        assert err < bound, (err, bound)
+        ps = prefill(ours, prompt)
+        forced = BeamResult(torch.cat([toks, toks[-1:]]), torch.zeros(steps + 1, Rg, 1, dtype=torch.int32,
+                                                                     device="cuda"), torch.zeros(Rg, 1), None)
+        for path in ("onela", "controlled_fullstate"):
+            d = BeamDecoder(ours, path, Rg, 1, steps, Lg)
+            d.load_prompt(ps)
+            res = d.run(forced=forced)
+            got = torch.stack([ours.logits(res.hidden[t])[:, 0].float() for t in range(steps)])
+            err = _rel(got, ref_dec)
+            assert err < bound_dec, (path, err, bound_dec)
