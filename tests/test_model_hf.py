@@ -92,7 +92,8 @@ def pair(tmp_path_factory):
 
 
 def _rel(a: torch.Tensor, ref: torch.Tensor) -> float:
-    return float((a.detach().float().cpu() - ref.float()).abs().max() / ref.float().abs().max())
+    ref = ref.detach().float().cpu()
+    return float((a.detach().float().cpu() - ref).abs().max() / ref.abs().max())
 
 
 @torch.no_grad()
