@@ -5,6 +5,7 @@ the named geometries against the FP32 FullState gate at the paper's tolerance. T
 more coarsely than the GPU (docs/design.md §2), so CPU tolerances are separate from the GPU's.
 """
 import math
+import re
 
 import pytest
 import torch
@@ -96,6 +97,26 @@ def test_onela_tiles_give_the_one_tile_per_program_outputs(cfg, device):
         assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
         for a, b in zip(st1.store.tensors(), st0.store.tensors()):
             assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6), (geo, R, W, T, cfg)
+
+
+def test_onela_deep_decodes_match_fp64_reference_and_past_the_limit_are_refused(device):
+    """Every depth the kernels accept runs: T = 12 on a small grouped shape under the interpreter (the replay loop
+    and the prep kernel's depth tiles past 8), within the fp64 reference's bound; T past MAX_STEPS is refused by
+    supports(), the stepper and the public op, naming the number."""
+    from artifact.workload import Shape
+    from kernels.onela.plan import MAX_STEPS
+    geo = Geometry(1, 2, 16, 16)
+    wl = make_workload(geo, 1, 5, 12, lineage="beam", seed=12, device=device, prompt_len=16)
+    ref = fullstate_decode(wl, torch.float64)
+    _, out = _run(OneLAStepper, wl, torch.float32)
+    assert torch.isfinite(out).all()
+    tol = (GPU_REL_TOL if device == "cuda" else CPU_REL_TOL) * ref.abs().max().item()
+    assert (out.double() - ref).abs().max().item() <= tol
+    too_deep = f"T={MAX_STEPS + 1} decode steps unsupported (1..{MAX_STEPS}"
+    assert too_deep in get_path("onela").supports(geo, Shape(1, 5, MAX_STEPS + 1), device)
+    assert get_path("onela").supports(geo, Shape(1, 5, MAX_STEPS), device) is None
+    with pytest.raises(ValueError, match=re.escape(too_deep)):
+        OneLAStepper(geo, 1, 5, MAX_STEPS + 1, device)
 
 
 def test_onela_launch_config_rules():
@@ -307,17 +328,19 @@ def _as_conv_split(q, k, v):
 
 def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups():
     """The warp-specialised kernel does the whole step in one launch where a key head has at most two value heads;
-    where it has more (G = 4: qwen3_5_397b), at steps 0-1 only, the prep kernel then it at the deeper steps. A
-    k-hat_t buffer of its own (one ring entry fewer) at the one-launch steps 0-1."""
-    for geometry, one_launch in (("qwen3_5_0_8b", range(6)), ("qwen3_5_397b", (0, 1))):
+    where it has more (G = 4: qwen3_5_397b), at steps 0-1 only, the prep kernel then it at the deeper steps; and
+    nowhere past step 7, where the one-launch kernel's shared memory would exceed sm_90's. A k-hat_t buffer of its
+    own (one ring entry fewer) at the one-launch steps 0-1."""
+    for geometry, one_launch in (("qwen3_5_0_8b", range(8)), ("qwen3_5_397b", (0, 1))):
         geo = GEOMETRIES[geometry]
         cfg = launch_config(geo.k, geo.v, 512, 4, geo.hv, 132, geo.group)
-        for t in range(6):
+        for t in list(range(10)) + [31]:        # past step 7 the one-launch kernel's shared memory would not fit
             launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
             assert sorted(launches) == (["ws"] if t in one_launch else ["prep", "ws"]), (geometry, t)
             const = launches["ws"][1]
             assert const["FUSE"] == (t in one_launch) and const["KH_OWN"] == (t <= 1) and \
                 const["NR"] == (4 if t <= 1 else 5), (geometry, t, const)
+            assert launches["ws"][1]["TPC"] <= 8 or not const["FUSE"]
             assert launches["ws"][0] == (132,)
         assert "ws" not in step_launches({**cfg, "ws": False}, geo, 4, 512, 1, interpret=False, ws_ok=True)
 
@@ -466,3 +489,36 @@ def test_kernel_functions_take_bundled_arguments():
     assert counts[("ws.py", "onela_ws_kernel")] <= 19 and counts[("ws.py", "_producer")] <= 17
     assert max(n for (f, _), n in counts.items() if f == "ws.py") <= 20, counts
     assert max(n for (f, _), n in counts.items() if f == "triton_kernels.py") <= 26, counts
+
+
+# The contract grid of the onela path (sampled): depths across the one-launch limit (7 / 8) and up to MAX_STEPS,
+# beam widths not a multiple of the 64-beam tile, head sizes of both kernels and a few unsupported ones, groups.
+_CONTRACT = [(T, W, K, V, G) for T, W, (K, V), G in (
+    (1, 1, (128, 128), 1), (9, 512, (128, 128), 1), (12, 64, (128, 128), 1), (16, 37, (128, 128), 4),
+    (8, 37, (256, 256), 1), (9, 64, (256, 512), 1), (9, 1, (64, 64), 8), (20, 37, (64, 128), 3),
+    (5, 64, (128, 192), 1), (5, 64, (128, 384), 1), (4, 64, (96, 128), 1), (33, 64, (128, 128), 1))]
+
+
+@pytest.mark.gpu
+def test_gpu_every_shape_supports_accepts_runs_and_passes():
+    """supports() is a promise: on the H200, every sampled shape it accepts compiles, launches, writes every output
+    element and passes the FP32 FullState gate at 4.88e-4 (checked against the fp64 reference as well); the ones it
+    refuses name the reason. Prints the counts (accepted / run / passed)."""
+    from artifact.workload import Shape
+    accepted = passed = 0
+    for T, W, K, V, G in _CONTRACT:
+        geo = Geometry(2, 2 * G, K, V)
+        reason = get_path("onela").supports(geo, Shape(2, W, T), "cuda")
+        if reason:
+            assert "unsupported" in reason, reason
+            continue
+        accepted += 1
+        wl = make_workload(geo, 2, W, T, lineage="beam", seed=T + W, device="cuda")
+        ref = fullstate_decode(wl)
+        res = check_and_time(get_path("onela"), wl, ref, tolerance=DEFAULT_TOLERANCE, time_it=False)
+        assert res.status == "ok", (T, W, K, V, G, res.reason)
+        passed += 1
+        del wl, ref
+        torch.cuda.empty_cache()
+    print(f"contract: {len(_CONTRACT)} shapes asked, {accepted} accepted, {accepted} run, {passed} passed")
+    assert accepted >= 8

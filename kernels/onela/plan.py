@@ -20,6 +20,19 @@ _PREP_BEAMS = 16         # prep kernel's beam tile: wider tiles spill its [BB, K
 _PREP_WARPS = 4
 _MAX_BEAM_ITERS = 8      # beam tiles one main-kernel program runs, at most
 
+# Decode steps a decode may take: the prep kernel holds every depth's ancestry slot, dots and alpha in [16, TP]
+# register tiles (TP = the next power of two >= the step), compiled for sm_90a without spills up to step 15 and
+# with a few hundred bytes at step 31; deeper decodes would need the depth axis tiled.
+MAX_STEPS = 32
+
+
+def depth_supports(T: int) -> str | None:
+    """Why the kernels cannot run a T-step decode (None: they can)."""
+    if not 1 <= T <= MAX_STEPS:
+        return f"onela: T={T} decode steps unsupported (1..{MAX_STEPS}, i.e. at most {MAX_STEPS + 1} output tokens)"
+    return None
+
+
 # The keys a caller may set (tests, tools): the tiles of the same kernels on small shapes, programmatic
 # dependent launch off, or the Triton kernels where the warp-specialised one would run.
 CONFIG_KEYS = ("BB", "BV", "BK", "beam_iters", "pdl", "ws")

@@ -505,15 +505,19 @@ def _desc(x2d: torch.Tensor, block):
 
 # Tuning constants of the adopted kernel (kernels/NOTES.md, "Warp-specialised kernel"):
 ONE_LAUNCH_MAX_STEP = 1  # G > 2: steps <= this run the one-launch kernel, later ones the prep kernel + this one
+# The one-launch kernel keeps every depth's replay coefficients in shared memory ([6 TPC, 64] fp32, TPC = the next
+# power of two above the step): from step 8 (TPC 16) it needs 242,620 bytes, over sm_90's 232,448 per block, so
+# deeper steps run the prep kernel + this one, whose shared memory does not grow with the depth.
+ONE_LAUNCH_DEEPEST_STEP = 7
 _OWN_KHAT_MAX_STEP = 1   # one-launch steps <= this store k-hat_t through a buffer of their own (ring one shorter)
 _MAXNREG = 168           # 168 x 12 warps fills one SM's register file
 
 
 def ws_fuses_step(geo, t: int) -> bool:
-    """Whether step t runs as one launch of the warp-specialised kernel (else after the Triton prep kernel): at
-    every step where a key head has at most two value heads, and while the replay is shallow where it has more
-    (the one-launch kernel gathers each key head's k-hat rows once per value head)."""
-    return geo.group <= 2 or t <= ONE_LAUNCH_MAX_STEP
+    """Whether step t runs as one launch of the warp-specialised kernel (else after the Triton prep kernel): where a
+    key head has at most two value heads, and while the replay is shallow where it has more (the one-launch kernel
+    gathers each key head's k-hat rows once per value head); never past ONE_LAUNCH_DEEPEST_STEP."""
+    return (geo.group <= 2 or t <= ONE_LAUNCH_MAX_STEP) and t <= ONE_LAUNCH_DEEPEST_STEP
 
 
 def _ws_tiles(geo, R: int, W: int) -> int:
