@@ -49,8 +49,11 @@ def check_step(st: Stepper, t, q, k, v, g, beta, parents, out):
             raise ValueError(f"parents out of range: values in [{lo}, {hi}], must be in [0, {W - 1}]")
 
 
-def _pow2(x: int) -> bool:
-    return x >= 16 and (x & (x - 1)) == 0
+MAX_HEAD_DIM = 512
+
+
+def _head_dim_ok(x: int) -> bool:
+    return 16 <= x <= MAX_HEAD_DIM and x % 16 == 0
 
 
 def kernel_supports(name: str, geometry, device) -> str | None:
@@ -58,8 +61,8 @@ def kernel_supports(name: str, geometry, device) -> str | None:
     dev = torch.device(device)
     if dev.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         return f"{name}: Triton kernel needs a CUDA device or TRITON_INTERPRET=1 (device {dev})"
-    if not (_pow2(geometry.k) and geometry.k <= 256):
-        return f"{name}: K={geometry.k} unsupported (power of two in 16..256)"
-    if not (_pow2(geometry.v) and geometry.v <= 512):
-        return f"{name}: V={geometry.v} unsupported (power of two in 16..512)"
+    if not _head_dim_ok(geometry.k):
+        return f"{name}: K={geometry.k} unsupported (a multiple of 16 in 16..{MAX_HEAD_DIM})"
+    if not _head_dim_ok(geometry.v):
+        return f"{name}: V={geometry.v} unsupported (a multiple of 16 in 16..{MAX_HEAD_DIM})"
     return None

@@ -24,8 +24,9 @@ def _fullstate_step_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, src_ptr, par_ptr, dst_ptr, out_ptr,
     W, HV,
     sq_r, sq_w, sq_h, sv_r, sv_w, sv_h,
-    K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, FIRST: tl.constexpr, BV: tl.constexpr,
+    K: tl.constexpr, KP: tl.constexpr, V: tl.constexpr, G: tl.constexpr, FIRST: tl.constexpr, BV: tl.constexpr,
 ):
+    """K is any multiple of 16; the key axis is a tile of KP (the power of two >= K) columns, zero past K."""
     pid_v = tl.program_id(0)
     rw = tl.program_id(1)            # flat (request, beam)
     hv = tl.program_id(2)
@@ -33,10 +34,13 @@ def _fullstate_step_kernel(
     b = rw % W
     hk = hv // G
     offs_v = pid_v * BV + tl.arange(0, BV)
-    offs_k = tl.arange(0, K)
-
-    q = tl.load(q_ptr + r * sq_r + b * sq_w + hk * sq_h + offs_k).to(tl.float32)
-    k = tl.load(k_ptr + r * sq_r + b * sq_w + hk * sq_h + offs_k).to(tl.float32)
+    offs_k = tl.arange(0, KP)
+    if KP == K:
+        q = tl.load(q_ptr + r * sq_r + b * sq_w + hk * sq_h + offs_k).to(tl.float32)
+        k = tl.load(k_ptr + r * sq_r + b * sq_w + hk * sq_h + offs_k).to(tl.float32)
+    else:
+        q = tl.load(q_ptr + r * sq_r + b * sq_w + hk * sq_h + offs_k, mask=offs_k < K, other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + r * sq_r + b * sq_w + hk * sq_h + offs_k, mask=offs_k < K, other=0.0).to(tl.float32)
     q = q * (tl.rsqrt(tl.sum(q * q) + 1e-6) * (K ** -0.5))
     k = k * tl.rsqrt(tl.sum(k * k) + 1e-6)
 
@@ -45,7 +49,10 @@ def _fullstate_step_kernel(
     else:
         src_row = (r * W + tl.load(par_ptr + rw)) * HV + hv      # the parent's state
     tile = offs_v[:, None] * K + offs_k[None, :]
-    S = tl.load(src_ptr + src_row.to(tl.int64) * (V * K) + tile)  # [BV, K] fp32
+    if KP == K:
+        S = tl.load(src_ptr + src_row.to(tl.int64) * (V * K) + tile)  # [BV, K] fp32
+    else:                                                               # [BV, KP] fp32, zero past K
+        S = tl.load(src_ptr + src_row.to(tl.int64) * (V * K) + tile, mask=(offs_k < K)[None, :], other=0.0)
 
     alpha = tl.exp(tl.load(g_ptr + rw * HV + hv))
     beta = tl.load(beta_ptr + rw * HV + hv)
@@ -54,13 +61,20 @@ def _fullstate_step_kernel(
     delta = beta * (v - tl.sum(S * k[None, :], axis=1))
     S = S + delta[:, None] * k[None, :]
     o = tl.sum(S * q[None, :], axis=1)
-    tl.store(dst_ptr + (rw * HV + hv).to(tl.int64) * (V * K) + tile, S)
+    if KP == K:
+        tl.store(dst_ptr + (rw * HV + hv).to(tl.int64) * (V * K) + tile, S)
+    else:
+        tl.store(dst_ptr + (rw * HV + hv).to(tl.int64) * (V * K) + tile, S, mask=(offs_k < K)[None, :])
     tl.store(out_ptr + (rw * HV + hv).to(tl.int64) * V + offs_v, o.to(out_ptr.dtype.element_ty))
 
 
 def fullstate_block_v(K: int, V: int) -> int:
-    """BV rows per program; from the H200 tuning sweep in kernels/NOTES.md."""
-    return min(V, 32 if K <= 128 else 16)
+    """BV rows per program (32 at K <= 128, 16 above: the H200 tuning sweep in kernels/NOTES.md), or the largest
+    power of two dividing V below that."""
+    bv = 32 if K <= 128 else 16
+    while V % bv:
+        bv //= 2
+    return bv
 
 
 class ControlledFullStateStepper(Stepper):
@@ -87,7 +101,8 @@ class ControlledFullStateStepper(Stepper):
         _fullstate_step_kernel[grid](
             q, k, v, g, beta, src, parents, dst, out, W, geo.hv,
             q.stride(0), q.stride(1), q.stride(2), v.stride(0), v.stride(1), v.stride(2),
-            K=geo.k, V=geo.v, G=geo.group, FIRST=(t == 0), BV=self.block_v, num_warps=4,
+            K=geo.k, KP=triton.next_power_of_2(geo.k), V=geo.v, G=geo.group, FIRST=(t == 0), BV=self.block_v,
+            num_warps=4,
         )
         return out
 

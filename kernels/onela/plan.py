@@ -43,26 +43,36 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     """Tiles and kernel choices of a decode shape.
 
     BB (beams per tile) 64, or W rounded up to a power of two >= 16 when W < 64. BV (value columns per
-    program) 128 at K <= 128, 64 at K = 256, where the projection runs in K-chunks of BK = 64 (one [BV, 256] S
-    tile would not fit the registers). beam_iters: with one S tile per program (BK == K), each program runs the
+    program) 128 at K <= 128, 64 at K > 128 (or the largest power of two dividing V below that). The projection
+    is one [BV, K] S tile where K is a power of two <= 128, else K-chunks of BK = 64 (one [BV, 256] S tile would
+    not fit the registers; a K that is no power of two, in chunks of the largest power of two dividing it). beam_iters: with one S tile per program (BK == K), each program runs the
     most beam tiles (up to 8, never more than W / BB) that still leave about two programs per SM, reusing its
     split S tile. pdl (programmatic dependent launch, Hopper only: `pdl_ok`): 2 waits for the previous launch
     after the S tile's load and split when a program runs several beam tiles, 1 after the first tile's
     projections otherwise; 0 launches plainly. s_lo: the u_q projection also takes S's bf16 lo plane at K > 128
     ("q"); at K <= 128 both projections take S rounded to bf16 ("none"); both stay within the error bound
     (docs/design.md §2). fuse_step0: step 0 is one main-kernel launch where the S tile spans K and a key head
-    has at most two value heads. ws: the warp-specialised kernel where K = 128 and V is a multiple of 128
-    (it also needs Hopper, W a multiple of 64 and bf16 row inputs: checked per decode and per step)."""
+    has at most two value heads. ws: the warp-specialised kernel where K = 128 and V is 128 or 256 (the widths it
+    is validated at; it also needs Hopper, W a multiple of 64 and bf16 row inputs: checked per decode and per
+    step)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
-    bv = min(V, 128 if K <= 128 else 64)
-    bk = K if K <= 128 else 64
+    bv = _largest_pow2_dividing(V, 128 if K <= 128 else 64)
+    bk = K if K <= 128 and K == triton.next_power_of_2(K) else _largest_pow2_dividing(K, 64)
     tiles = R * HV * triton.cdiv(W, bb) * (V // bv)
     iters = 1
     while bk == K and iters < min(_MAX_BEAM_ITERS, triton.cdiv(W, bb)) and tiles / (2 * iters) >= 0.9 * 2 * n_sm:
         iters *= 2
     return {"BB": bb, "BV": bv, "BK": bk, "beam_iters": iters, "pdl": (2 if iters > 1 else 1) if pdl_ok else 0,
             "s_lo": "none" if K <= 128 else "q", "fuse_step0": bk == K and G <= 2,
-            "ws": K == 128 and V % VC_TILE == 0}
+            "ws": K == 128 and V in (VC_TILE, 2 * VC_TILE)}
+
+
+def _largest_pow2_dividing(n: int, cap: int) -> int:
+    """The largest power of two <= cap that divides n (n a multiple of 16: at least 16)."""
+    p = cap
+    while n % p:
+        p //= 2
+    return p
 
 
 def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, interpret: bool = _INTERPRET,
@@ -88,5 +98,5 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
 def _prep_launch(geo, R: int, W: int, t: int, pdl: int) -> tuple:
     tp = max(2, triton.next_power_of_2(t))
     return ((triton.cdiv(W, _PREP_BEAMS), R * geo.hk),
-            dict(K=geo.k, G=geo.group, STEP=t, TP=tp, BB=_PREP_BEAMS, PDL=pdl),
+            dict(K=geo.k, KP=triton.next_power_of_2(geo.k), G=geo.group, STEP=t, TP=tp, BB=_PREP_BEAMS, PDL=pdl),
             {"num_warps": _PREP_WARPS, "launch_pdl": bool(pdl)})

@@ -52,30 +52,43 @@ def _norms(qf, kf, K: tl.constexpr):
 
 
 @triton.jit
-def _store_khat(khat_ptr, row, kf, inv_k, mask, K: tl.constexpr):
-    """The key part of records at rows `row` [BB]: k-hat = k * inv_k (fp32 k rows [BB, K])."""
-    tl.store(khat_ptr + row.to(tl.int64)[:, None] * K + tl.arange(0, K)[None, :],
-             (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=mask)
+def _row_mask(mask_b, offs_k, K: tl.constexpr, KP: tl.constexpr):
+    """[BB, KP] mask of live beams' key columns: K may be any multiple of 16, the tile KP the power of two above."""
+    if KP == K:
+        mask = mask_b[:, None]
+    else:
+        mask = mask_b[:, None] & (offs_k < K)[None, :]
+    return mask
+
+
+@triton.jit
+def _store_khat(khat_ptr, row, kf, inv_k, mask_b, K: tl.constexpr, KP: tl.constexpr):
+    """The key part of records at rows `row` [BB]: k-hat = k * inv_k (fp32 k rows [BB, KP], columns past K zero)."""
+    offs_k = tl.arange(0, KP)
+    tl.store(khat_ptr + row.to(tl.int64)[:, None] * K + offs_k[None, :],
+             (kf * inv_k[:, None]).to(khat_ptr.dtype.element_ty), mask=_row_mask(mask_b, offs_k, K, KP))
 
 
 @triton.jit
 def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, dims, offs_b, mask_b,
-              K: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr, PDL: tl.constexpr):
+              K: tl.constexpr, KP: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
+              PDL: tl.constexpr):
     """The key-axis work of step STEP for BB beams of key head hk: L2 norms, k-hat_t stored, beam b's ancestry
     row h_t(b, j) = h_{t-1}(parent(b), j) for j < t-1 and h_t(b, t-1) = parent(b), and k-hat_j . q-hat /
     k-hat_j . k-hat of every ancestral record, as [BB, TP] columns. Returns (inv_q, inv_k, kq_t, slots, kqs,
     kks). Before the PDL wait it reads only this step's inputs (q, k); every store and every read of the store
-    or the ancestry comes after it."""
+    or the ancestry comes after it. Key rows are [BB, KP] tiles, zero past K."""
     R, W, HK, T_CAP = dims
-    offs_k = tl.arange(0, K)
+    offs_k = tl.arange(0, KP)
     offs_t = tl.arange(0, TP)
     qk_off = qk_row[:, None] + offs_k[None, :]
-    qf = tl.load(q_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
-    kf = tl.load(k_ptr + qk_off, mask=mask_b[:, None], other=0.0).to(tl.float32)
+    kmask = _row_mask(mask_b, offs_k, K, KP)
+    qf = tl.load(q_ptr + qk_off, mask=kmask, other=0.0).to(tl.float32)
+    kf = tl.load(k_ptr + qk_off, mask=kmask, other=0.0).to(tl.float32)
     inv_q, inv_k, kq_t = _norms(qf, kf, K)
     if PDL:
         tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
-    _store_khat(khat_ptr, record_row(STEP, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b[:, None], K)
+    _store_khat(khat_ptr, record_row(STEP, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b, K, KP)
     slots = tl.zeros([BB, TP], dtype=tl.int32)
     kqs = tl.zeros([BB, TP], dtype=tl.float32)
     kks = tl.zeros([BB, TP], dtype=tl.float32)
@@ -88,7 +101,7 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, dims
                 slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b, other=0)
             slots = tl.where(offs_t[None, :] == j, slot[:, None], slots)
             k_j = tl.load(khat_ptr + record_row(j, r, hk, slot, R, HK, W).to(tl.int64)[:, None] * K
-                          + offs_k[None, :], mask=mask_b[:, None], other=0.0).to(tl.float32)
+                          + offs_k[None, :], mask=kmask, other=0.0).to(tl.float32)
             kqs = tl.where(offs_t[None, :] == j, (tl.sum(k_j * qf, axis=1) * inv_q)[:, None], kqs)
             kks = tl.where(offs_t[None, :] == j, (tl.sum(k_j * kf, axis=1) * inv_k)[:, None], kks)
     return inv_q, inv_k, kq_t, slots, kqs, kks
@@ -98,7 +111,7 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, dims
 def onela_prep_kernel(
     q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr,
     R, W, HV, HK, T_CAP, sq,
-    K: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
+    K: tl.constexpr, KP: tl.constexpr, G: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
     PDL: tl.constexpr,
 ):
     """Everything of step STEP that lives on the key axis or is a per-beam scalar, once per key head.
@@ -107,7 +120,7 @@ def onela_prep_kernel(
     the coefficients of the closed-form replay (module docstring), so the main kernel needs no K-axis work
     beyond its two projections and no dependent loads. Every depth's ancestral alpha is gathered as one
     [BB, TP] tile before the suffix products, so the product chain holds no memory round trip. sq: q and k's
-    (request, beam, head) strides."""
+    (request, beam, head) strides. K is any multiple of 16, KP the power of two >= K (the key tiles' width)."""
     if PDL:
         tl_cuda.gdc_launch_dependents()     # the main kernel may start its S load and projections meanwhile
     pid_b = tl.program_id(0)
@@ -123,7 +136,7 @@ def onela_prep_kernel(
     qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
     inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
         q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, (R, W, HK, T_CAP), offs_b, mask_b,
-        K, STEP, TP, BB, PDL)
+        K, KP, STEP, TP, BB, PDL)
     if STEP > 0:
         if hk == 0:
             tl.store(anc_next_ptr + rw[:, None] * T_CAP + offs_t[None, :], slots,
@@ -288,7 +301,7 @@ def _step0_records(alpha_ptr, khat_ptr, alpha, kf, inv_k, r, offs_b, hv, hk, R, 
     if tl.program_id(0) == 0:
         tl.store(alpha_ptr + record_row(0, r, hv, offs_b, R, HV, W), alpha, mask=mask_b)
         if hv % G == 0:
-            _store_khat(khat_ptr, record_row(0, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b[:, None], K)
+            _store_khat(khat_ptr, record_row(0, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b, K, K)
 
 
 @triton.jit

@@ -23,7 +23,7 @@ q, k, S, out, delta rows, k-hat rows; bundled inside the kernel), `ptrs` (ancest
 table, beta, v), `dims` (R, W, HV, T_CAP, NT), `sv` (v's strides); inside the kernel `bufs` (shared memory) and
 `bars` (mbarriers). Each partition unpacks what it uses.
 
-Applies on Hopper where K = 128, V is a multiple of 128 and W a multiple of the 64-beam tile (`ws_shape_supports`;
+Applies on Hopper where K = 128, V is 128 or 256 and W a multiple of the 64-beam tile (`ws_shape_supports`;
 no partial tiles: the TMA boxes are 2-D over [R * W, H * D] views). A value head of V > 128 runs as V / 128 chunks
 of 128 value columns, each with its own tiles as if it were a value head: its own S rows, v, delta and o
 columns; the key axis (q, k, the ancestral k-hat rows and their dots) is the same for every chunk and formed again
@@ -473,8 +473,8 @@ def ws_shape_supports(geo, W: int, device=None) -> str | None:
     device = None if device is None else torch.device(device)
     if device is not None and (device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9):
         return f"ws: needs a Hopper GPU (wgmma, TMA), not {device}"
-    if geo.k != 128 or geo.v % VC_TILE:
-        return f"ws: K={geo.k}, V={geo.v} (needs K = 128 and V a multiple of 128)"
+    if geo.k != 128 or geo.v not in (VC_TILE, 2 * VC_TILE):
+        return f"ws: K={geo.k}, V={geo.v} (needs K = 128 and V = 128 or 256)"
     if W % BB_TILE:
         return f"ws: W={W} not a multiple of {BB_TILE}"
     return None
