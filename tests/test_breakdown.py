@@ -175,6 +175,20 @@ def test_overlapping_kernels_count_in_full_and_idle_never_negative():
     assert pc["lm_head"]["us"] == 25.0 and pc[bd.IDLE]["us"] == pytest.approx(5.0) and pc["_span"]["us"] == 25.0
 
 
+def test_a_kernel_without_its_launch_call_is_placed_by_its_external_id():
+    """A trace without the runtime / driver call of a launch: the kernel's external id names the host op that
+    was open at the launch (here an aten op inside the region), whose start places it."""
+    tr = Trace()
+    tr.range("call", 0, 100)
+    tr.range("gdn_conv", 10, 20)
+    tr.events.append({"ph": "X", "cat": "cpu_op", "name": "triton_poi_fused_conv", "ts": 12, "dur": 2, "pid": 1,
+                      "tid": 1, "args": {"External id": 42}})
+    tr.events.append({"ph": "X", "cat": "kernel", "name": "triton_poi_fused_conv", "ts": 40, "dur": 3,
+                      "pid": 0, "tid": 7, "args": {"correlation": 999, "External id": 42}})
+    lab = bd.label_eager(*bd.parse_trace(tr.dict())[:2])
+    assert lab.components == [["gdn_conv"]]
+
+
 def test_a_block_whose_gemms_do_not_show_is_kept_whole_and_noted():
     tr = Trace()
     tr.range("call", 0, 100)
@@ -256,6 +270,21 @@ def test_tool_on_the_tiny_model_writes_rows_tables_and_env(tmp_path):
     assert rec["ceilings"] == CEILINGS and len(rec["cells"]) == 2 and rec["suite"] == "full_model_breakdown"
     tables = sorted((out / "full_model_breakdown" / rec["run_id"]).glob("*.csv"))
     assert [t.name for t in tables] == ["controlled_fullstate_L9_O3.csv", "onela_L9_O3.csv"]
+
+
+def test_a_cell_whose_attribution_fails_keeps_its_traces_and_the_run_goes_on(tmp_path, monkeypatch):
+    from tools import decode_breakdown as tool
+
+    def broken(dec, graphs, traces=None):
+        traces["eager"] = {"traceEvents": []}
+        raise ValueError("FAKE attribution failure")
+    monkeypatch.setattr(bd, "breakdown", broken)
+    out = tmp_path / "res"
+    assert tool.main(["--cpu", "--out", str(out), "--paths", "reference_fullstate", "--R", "2", "--W", "4",
+                      "--prompts", "9", "5", "--O", "2"]) == 1
+    rec = json.loads(next((out / "env").glob("*.json")).read_text())
+    assert [c["error"] for c in rec["cells"]] == ["ValueError: FAKE attribution failure"] * 2
+    assert len(list(out.rglob("eager_trace.json.gz"))) == 2 and not (out / tool.CSV_NAME).exists()
 
 
 # ---- figure and REPORT section ----

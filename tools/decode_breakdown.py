@@ -17,8 +17,10 @@ the Qwen3.5-0.8B geometry with seeded random weights -- a Fig 6 cell, built as s
    rate per component; their bytes and FLOPs add up to the Fig 6 row's floor), at the ceilings this run
    measures (artifact.measure.measure_ceilings).
 Writes DIR/full_model_breakdown.csv (appended: one row per path, prompt, O and component), DIR/env/<run_id>.json
-(env record: ceilings, per-cell summaries, attribution notes) and DIR/full_model_breakdown/<run_id>/<path>_L<prompt>
-_O<O>.csv (every device op of the profiled search: call, position, name, region, component, us, eager twin's us).
+(env record: ceilings, per-cell summaries, attribution notes, a failed cell's error) and
+DIR/full_model_breakdown/<run_id>/<path>_L<prompt>_O<O>.csv (every device op of the profiled search: call,
+position, name, region, component, us, eager twin's us); a cell whose attribution fails keeps its profiler
+traces beside it (gzipped Chrome traces; `--keep-traces` keeps every cell's), and the other cells still run.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import math
 import os
 import sys
 import time
+import traceback
 import uuid
 from pathlib import Path
 
@@ -57,6 +60,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                     help="torch.compile the non-recurrent blocks (auto: on a GPU, as Fig 6)")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU (the tiny model; no timing)")
+    ap.add_argument("--keep-traces", action="store_true",
+                    help="keep each cell's profiler traces (gzipped Chrome traces; always kept when attribution fails)")
     ap.add_argument("--ceilings", default=None,
                     help="a JSON dict of ceilings to use instead of measuring them (CPU runs, tests)")
     args = ap.parse_args(argv)
@@ -121,9 +126,18 @@ def cell_rows(base: dict, parts: dict, costs: dict, whole: dict, ceilings: dict 
     return rows
 
 
+def _keep_traces(traces: dict, trace_dir: Path) -> None:
+    import gzip
+    trace_dir.mkdir(parents=True, exist_ok=True)
+    for name, trace in traces.items():
+        with gzip.open(trace_dir / f"{name}_trace.json.gz", "wt") as f:
+            json.dump(trace, f)
+
+
 def measure_cell(model, model_name: str, ps, path: str, R: int, W: int, T: int, prompt_len: int, args, ceilings,
-                 compile: bool):
-    """(rows, summary, kernel table) of one cell."""
+                 compile: bool, trace_dir: Path, keep_traces: bool = False):
+    """(rows, summary, kernel table) of one cell; the profiler traces go to `trace_dir` when the attribution
+    fails or `keep_traces` asks."""
     from artifact.model.breakdown import breakdown, kernel_table, per_call
     from artifact.model.check import poison, stepper_max_abs_err
     from artifact.model.cost import component_costs, decode_floor
@@ -141,12 +155,19 @@ def measure_cell(model, model_name: str, ps, path: str, R: int, W: int, T: int, 
     result = dec.run(use_graphs=graphs)
     err = stepper_max_abs_err(dec, result)
     timing = time_decode(dec, args.repeats, args.warmup) if on_gpu else None
-    lab, eager = breakdown(dec, graphs)
+    traces: dict = {}
+    try:
+        lab, eager = breakdown(dec, graphs, traces)
+    except Exception:
+        _keep_traces(traces, trace_dir)       # what the attribution could not read, for a look by hand
+        raise
+    if keep_traces:
+        _keep_traces(traces, trace_dir)
     parts = per_call(lab)
     tail = getattr(dec.steppers[0], "replay_tail_len", None) if dec.steppers else None
     costs = component_costs(model, get_path(path), R, W, T, prompt_len, result.parents, tail)
     whole = decode_floor(model, get_path(path), R, W, T, prompt_len, result.parents, ceilings, tail_len=tail)
-    method = "graph" if graphs else "eager"
+    method = "graph" if lab is not eager else "eager"
     timer = (f"{'cuda_graph_per_call' if graphs else 'eager'}+cuda_events(per call: median of {args.repeats} "
              f"searches / T, warmup {args.warmup}); components: torch.profiler device time per call, {method} "
              f"search; pipeline {dec.ops.label}; prompt attention {dec.attn_impl}") if timing else \
@@ -210,17 +231,28 @@ def main(argv=None) -> int:
     model_name = args.model or ("qwen3_5_0_8b" if on_gpu else "tiny")
     cfg = get_model_config(model_name)
     model = HybridModel.random(cfg, seed=args.seed, dtype=torch.bfloat16, device=device)
-    T = args.O - 1
+    T, failed = args.O - 1, 0
     for prompt_len in args.prompts:
         toks = random_prompts(args.R, prompt_len, cfg.vocab_size, args.seed, device)
         ps = prefill(model, toks, replay_block=VLLM_ALIGN_BLOCK_QWEN3_5_0_8B)
         for path in args.paths:
-            rows, summary, table = measure_cell(model, model_name, ps, path, args.R, args.W, T, prompt_len, args,
-                                                ceilings, compile)
+            cell = f"{path}_L{prompt_len}_O{args.O}"
+            try:
+                rows, summary, table = measure_cell(
+                    model, model_name, ps, path, args.R, args.W, T, prompt_len, args, ceilings, compile,
+                    out / "full_model_breakdown" / run_id / f"{cell}_traces", args.keep_traces)
+            except Exception as e:  # noqa: BLE001 - recorded; the other cells still run
+                traceback.print_exc()
+                extra["cells"].append({"path": path, "prompt_len": prompt_len, "T": T,
+                                       "error": f"{type(e).__name__}: {e}"[:2000]})
+                write_env(env_path, extra)
+                failed += 1
+                free_device_memory(device)
+                continue
             for r in rows:
                 r.update(run_id=run_id, git_commit=commit)
             _append(out / CSV_NAME, rows)
-            _write_table(out / "full_model_breakdown" / run_id / f"{path}_L{prompt_len}_O{args.O}.csv", table)
+            _write_table(out / "full_model_breakdown" / run_id / f"{cell}.csv", table)
             extra["cells"].append(summary)
             write_env(env_path, extra)
             _print_cell(rows)
@@ -229,8 +261,9 @@ def main(argv=None) -> int:
         free_device_memory(device)
     extra["wall_s"] = round(time.perf_counter() - t_start, 1)
     write_env(env_path, extra)
-    print(f"\n[decode_breakdown] {out / CSV_NAME}, {env_path} ({extra['wall_s']} s)", flush=True)
-    return 0
+    print(f"\n[decode_breakdown] {out / CSV_NAME}, {env_path} ({extra['wall_s']} s; {failed} cell(s) failed)",
+          flush=True)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

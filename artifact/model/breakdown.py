@@ -106,20 +106,28 @@ def _thread(e) -> tuple:
 
 
 def parse_trace(trace: dict) -> tuple[list[DeviceOp], list[Range], bool]:
-    """(device ops sorted by start, decode ranges, whether the ops are real device ops). A device op whose
-    launch is not in the trace is kept with launch = NaN (it then lies in no call)."""
+    """(device ops sorted by start, decode ranges, whether the ops are real device ops). A device op's launch
+    time is its runtime / driver call's start (same correlation id), or, where the trace lacks that call, the
+    start of the host op it names as its external id (which was open at the launch); with neither it is NaN
+    (the op then lies in no call)."""
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "ts" in e]
     ranges = [Range(e["name"][len(PREFIX):], float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)), _thread(e))
               for e in events if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith(PREFIX)]
-    launches = {}
+    launches, host_ops = {}, {}
     for e in events:
-        if e.get("cat") in LAUNCH_CATS and "correlation" in e.get("args", {}):
-            launches[e["args"]["correlation"]] = (float(e["ts"]), _thread(e))
+        args = e.get("args") or {}
+        if e.get("cat") in LAUNCH_CATS and "correlation" in args:
+            launches[args["correlation"]] = (float(e["ts"]), _thread(e))
+        elif e.get("cat") in ("cpu_op", "user_annotation") and args.get("External id") not in (None, 0):
+            host_ops.setdefault(args["External id"], (float(e["ts"]), _thread(e)))
     ops = []
     for e in events:
         if e.get("cat") not in DEVICE_CATS:
             continue
-        launch, thread = launches.get(e.get("args", {}).get("correlation"), (float("nan"), ("", "")))
+        args = e.get("args") or {}
+        # the launching runtime / driver call; else the host op that was open at the launch (its external id)
+        launch, thread = launches.get(args.get("correlation"),
+                                      host_ops.get(args.get("External id"), (float("nan"), ("", ""))))
         ops.append(DeviceOp(e["name"], float(e["ts"]), float(e.get("dur", 0)), launch, thread,
                             e.get("cat") == "gpu_memset"))
     if ops:
@@ -169,10 +177,12 @@ def _call_order(ranges: list[Range]) -> dict:
 def _by_call(ops, ranges, with_regions: bool):
     """[call] -> list of (op, region Range or None), in device order; ops outside every call are dropped."""
     index = {th: _Index([r for r in ranges if r.thread == th]) for th in {r.thread for r in ranges}}
+    # a launch recorded under another thread key than the ranges: the decode's thread (the one with the calls)
+    main = max(index.values(), key=lambda ix: len(ix.calls), default=None)
     order = _call_order(ranges)
     calls: list[list] = [[] for _ in order]
     for op in ops:
-        ix = index.get(op.thread)
+        ix = index.get(op.thread, main)
         if ix is None or op.launch != op.launch:
             continue
         c = ix.call(op.launch)
@@ -301,15 +311,25 @@ def kernel_table(lab: Labelled, eager: Labelled | None = None) -> list[dict]:
     return rows
 
 
-def breakdown(dec, graphs: bool) -> tuple[Labelled, Labelled]:
+def breakdown(dec, graphs: bool, traces: dict | None = None) -> tuple[Labelled, Labelled]:
     """Profile one eager search of `dec` and, with `graphs` (decoder captured), one graph-replayed search;
-    return (the labelled ops the breakdown uses, the eager search's). Their method: "graph" if they differ."""
+    return (the labelled ops the breakdown uses, the eager search's): the same object where the eager search is
+    the breakdown ("eager" method), and where the replay cannot be split into the eager search's calls (noted).
+    `traces`, when given, receives the raw Chrome traces ("eager", "graph")."""
     cuda = dec.model.device.type == "cuda"
-    ops, ranges, _ = parse_trace(trace_of(lambda: dec.run(use_graphs=False), cuda))
-    eager = label_eager(ops, ranges)
+    trace = trace_of(lambda: dec.run(use_graphs=False), cuda)
+    if traces is not None:
+        traces["eager"] = trace
+    eager = label_eager(*parse_trace(trace)[:2])
     if len(eager.ops) != dec.T:
         raise ValueError(f"eager search shows {len(eager.ops)} decode calls, expected T={dec.T}")
     if not graphs:
         return eager, eager
-    gops, granges, _ = parse_trace(trace_of(lambda: dec.run(use_graphs=True), cuda))
-    return label_replay(gops, granges, eager), eager
+    trace = trace_of(lambda: dec.run(use_graphs=True), cuda)
+    if traces is not None:
+        traces["graph"] = trace
+    try:
+        return label_replay(*parse_trace(trace)[:2], eager), eager
+    except ValueError as e:
+        eager.notes.append(f"graph replay not attributable ({e}); eager device times used")
+        return eager, eager
