@@ -138,7 +138,10 @@ def report_lines(root) -> list[str]:
            f"{', '.join(sorted(df['run_id'].unique()))}): device time per decode call (mean over the T calls), "
            "the component's floor (max(bytes / copy bandwidth, FLOPs / matrix rate), the run's measured "
            "ceilings) and measured / floor. `total` is the call as Fig 6 times it, beside the whole-model floor; "
-           "`span` the profiled replay's first-to-last kernel time; `idle` its time with no kernel running.", ""]
+           "`span` the profiled replay's first-to-last kernel time; `idle` its time with no kernel running. "
+           "conv_state, kv_state, ancestry and embed have no floor: the model's floor counts no conv windows, no "
+           "copies that follow the beam tree and (tied embeddings) no separate embedding read "
+           "(artifact/model/cost.py).", ""]
     for (prompt, o), rows in df.groupby(["prompt_len", "O"]):
         header = ["component"]
         for p in paths:
@@ -160,6 +163,7 @@ def report_lines(root) -> list[str]:
             top = r.sort_values("excess", ascending=False).head(4)
             out.append(f"- {display_name(p)}: most time above its floor in " + ", ".join(
                 f"{t.component} (+{t.excess:.3g} ms, {_ratio(t.measured_ms, t.floor_ms)})"
-                for t in top.itertuples()) + ".")
+                for t in top.itertuples()) + f"; the components' floors add up to {_ms(r['floor_ms'].sum())} ms "
+                f"(each at its own bound; the whole model's: {_ms(_value(rows, p, 'total', 'floor_ms'))} ms).")
         out.append("")
     return out
