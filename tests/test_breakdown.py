@@ -335,3 +335,30 @@ def test_no_csv_says_not_measured_and_draws_no_data(tmp_path):
     assert fig_breakdown.report_lines(tmp_path)[0].startswith(report.NOT_MEASURED)
     texts = "\n".join(t.get_text() for t in fig_breakdown.draw(res).findobj(lambda a: hasattr(a, "get_text")))
     assert "no data yet" in texts
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("path", ["onela", "controlled_fullstate"])
+def test_gpu_replayed_kernels_are_all_attributed(path):
+    """On the GPU (tiny model, compiled blocks, per-call graphs): the replay is labelled through the eager
+    search ("graph" method), no compiled block is left unsplit, at most the replay's own prologue kernels lack
+    an eager twin, and the components plus idle cover the profiled span."""
+    from artifact.model.config import TINY
+    from artifact.model.decode import BeamDecoder
+    from artifact.model.graphs import capture
+    from artifact.model.network import HybridModel
+    from artifact.model.prefill import prefill, random_prompts
+    m = HybridModel.random(TINY, seed=0, device="cuda")
+    ps = prefill(m, random_prompts(2, 9, TINY.vocab_size, 0, "cuda"))
+    dec = BeamDecoder(m, path, 2, 4, 3, 9, compile=True)
+    dec.load_prompt(ps)
+    capture(dec)
+    lab, eager = bd.breakdown(dec, graphs=True)
+    assert lab is not eager and len(lab.ops) == 3
+    assert not [n for n in lab.notes if "unsplit" in n or "not attributable" in n], lab.notes
+    pc = bd.per_call(lab)
+    assert pc.get(UNATTR, {"ops": 0})["ops"] <= 2, bd.kernel_table(lab, eager)
+    for c in ("mlp", "gdn_proj", "attn_proj", "gdn_recurrent", "gdn_conv", "attn_prompt", "lm_head", "norms"):
+        assert pc[c]["us"] > 0, c
+    busy = sum(v["us"] for k, v in pc.items() if not k.startswith("_"))
+    assert busy >= pc["_span"]["us"] * (1 - 1e-6)
