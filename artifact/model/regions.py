@@ -59,8 +59,13 @@ REGIONS: dict[str, str | tuple[str, ...]] = {
 }
 
 
+# whether a torch.profiler session records now (the C++ flag; the Python one where a build lacks it)
+_recording = getattr(torch.autograd, "_profiler_enabled", None) or \
+    (lambda: getattr(torch.autograd.profiler, "_is_profiler_enabled", True))
+
+
 def region(name: str):
     """The profiler range PREFIX + name while torch.profiler records; a no-op context otherwise."""
     if name != CALL and name not in REGIONS:
         raise ValueError(f"unknown decode region {name!r}; known: {CALL}, {', '.join(REGIONS)}")
-    return torch.profiler.record_function(PREFIX + name) if torch.autograd._profiler_enabled() else nullcontext()
+    return torch.profiler.record_function(PREFIX + name) if _recording() else nullcontext()
