@@ -256,6 +256,11 @@ def main(argv=None) -> int:
             extra["cells"].append(summary)
             write_env(env_path, extra)
             _print_cell(rows)
+            print(f"  total {summary['total_ms_per_call']:.4f} ms per call (Fig 6's timer), profiled span "
+                  f"{summary['span_ms_per_call']:.4f}, eager span {summary['eager_span_ms_per_call']:.4f}; "
+                  f"{summary['wall_s']} s", flush=True)
+            for note in summary["notes"][:12]:
+                print(f"  note: {note}", flush=True)
             free_device_memory(device)
         del ps
         free_device_memory(device)
