@@ -8,11 +8,11 @@ import argparse
 import time
 from pathlib import Path
 
-from plots import fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, report
+from plots import fig6_full_model, fig7_generality, fig8_sources, fig_breakdown, fig_floor_geometry, report
 from plots.data import load_results
 from plots.style import setup
 
-FIGURES = (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry)
+FIGURES = (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, fig_breakdown)
 
 
 def main(argv: list[str] | None = None) -> list[Path]:

@@ -9,7 +9,7 @@ import math
 import os
 from pathlib import Path
 
-from plots import paper
+from plots import fig_breakdown, paper
 from plots.data import SHAPE_KEY, SUITES, Results
 from plots.ours import measures
 
@@ -139,6 +139,7 @@ def build(res: Results, figures: list[Path] | None = None, report_dir: Path = Pa
              "same shape feed a ratio); \"paper\" is `plots/paper.py` (paper §4, docs/design.md §7). "
              "† = a number from the paper's text beyond docs/design.md §7's table.", "",
              "## Numbers to reproduce", "", *paper_vs_ours(res), "",
+             "## Where a decode call's time goes (not in the paper)", "", *fig_breakdown.report_lines(res.root), "",
              "## Inputs", "", *inputs(res), "",
              "## Environment (from results/env/<run_id>.json)", "", *environment(res), "",
              "## Cells that were skipped or failed", "", *not_run(res), ""]

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from artifact.results import COLUMNS, config_hash
 from plots import __main__ as plots_main
-from plots import fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, paper, report
+from plots import fig6_full_model, fig7_generality, fig8_sources, fig_breakdown, fig_floor_geometry, paper, report
 from plots.data import load_results, paired_ratio, read_csv
 from plots.ours import measures
 from plots.style import setup
@@ -108,6 +108,8 @@ def write_results(root, rows, env=True):
 def fake(tmp_path_factory):
     root = tmp_path_factory.mktemp("results")
     write_results(root, operator_rows() + fig8_rows() + full_model_rows())
+    from test_breakdown import fake_rows            # the per-component breakdown's own FAKE table
+    pd.DataFrame(fake_rows()).to_csv(root / fig_breakdown.CSV_NAME, index=False)
     setup()
     return load_results(root)
 
@@ -172,12 +174,13 @@ def test_python_m_plots_writes_nonempty_images_and_report(fake, tmp_path):
     written = plots_main.main(["--results", str(fake.root), "--out", str(tmp_path / "fig"),
                                "--report", str(tmp_path / "REPORT.md")])
     pngs = [p for p in written if p.suffix == ".png"]
-    assert len(pngs) == 4 and len([p for p in written if p.suffix == ".pdf"]) == 4
+    n = len(plots_main.FIGURES)
+    assert len(pngs) == n and len([p for p in written if p.suffix == ".pdf"]) == n
     import matplotlib.image as mpimg
     for p in pngs:
         img = mpimg.imread(p)
         assert img.shape[0] > 300 and img.shape[1] > 500 and img[..., :3].std() > 0.05, p
-    assert (tmp_path / "REPORT.md").read_text().count("![") == 4
+    assert (tmp_path / "REPORT.md").read_text().count("![") == n
 
 
 def test_report_has_every_paper_number_and_ours(fake):
@@ -195,8 +198,8 @@ def test_report_has_every_paper_number_and_ours(fake):
 def test_empty_results_say_not_measured_and_no_data(tmp_path):
     res = load_results(tmp_path)
     text = report.build(res)
-    assert text.count(report.NOT_MEASURED) == len(paper.NUMBERS)
-    for mod in (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry):
+    assert text.count(report.NOT_MEASURED) == len(paper.NUMBERS) + 1     # + the breakdown section
+    for mod in (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, fig_breakdown):
         assert "no data yet" in texts(mod.draw(res))
 
 

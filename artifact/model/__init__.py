@@ -10,4 +10,6 @@ beam        top-W selection, BeamResult              decode      BeamDecoder (on
 blocks      the non-recurrent ops (eager / compiled) check       GDN outputs vs FP32 FullState
 graphs      CUDA-graph capture and GPU timing        fig6_table  the printed Figure 6 table
 native_vllm why vLLM's own beam search cannot run    safetensors_io  minimal safetensors reader / writer
+cost        the decode's floor, per component         regions     profiler ranges of a call's parts -> components
+breakdown   a call's device time per component (profiler attribution, graph replay through eager twins)
 """

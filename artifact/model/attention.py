@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from artifact.model.beam_state import own_kv
+from artifact.model.regions import region
 
 IMPLS = ("flash", "efficient", "math")
 
@@ -100,8 +101,10 @@ def shared_prefix_attention(impl: str, q, k_prompt, v_prompt, k_own, v_own, scal
     hkv = k_prompt.shape[1]
     G = nq // hkv
     qg = q.view(R, W, hkv, G, D)
-    qp = qg.permute(0, 2, 1, 3, 4).reshape(R, hkv, W * G, D)
-    o_p, lse_p = prompt_attention(impl, qp, k_prompt, v_prompt, scale)
+    with region("attn_prompt"):
+        qp = qg.permute(0, 2, 1, 3, 4).reshape(R, hkv, W * G, D)
+        o_p, lse_p = prompt_attention(impl, qp, k_prompt, v_prompt, scale)
     o_p = o_p.reshape(R, hkv, W, G, D).permute(0, 2, 1, 3, 4)            # [R, W, Hkv, G, D], a view
     lse_p = lse_p.reshape(R, hkv, W, G).permute(0, 2, 1, 3)               # [R, W, Hkv, G], a view
-    return merge(o_p, lse_p, qg, k_own, v_own, scale, q.dtype)            # casts inside (fused when compiled)
+    with region("attn_decode_kv"):
+        return merge(o_p, lse_p, qg, k_own, v_own, scale, q.dtype)        # casts inside (fused when compiled)

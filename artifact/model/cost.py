@@ -13,7 +13,12 @@ decode calls of one search:
   lineage, once per GDN layer, at that path's rate.
 
 Activations between kernels are left out (an ideal fused forward keeps them on chip), so this is a bound, not
-a model of our pipeline.
+a model of our pipeline. The conv windows (each beam's width-1 previous q|k|v inputs) are left out as well.
+
+`model_components` splits the model part over the components of a decode call (artifact.model.regions) --
+each weight to the component that reads it, the prompt K/V and its FLOPs to attn_prompt, the decode K/V and its
+FLOPs to attn_decode_kv, the logits to lm_head -- and `model_part` is their sum; `component_costs` adds the
+recurrent part as gdn_recurrent, so the per-component bytes and FLOPs add up to `decode_floor`'s exactly.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ from types import SimpleNamespace
 import torch
 
 from artifact.measure import floor_ms
+from artifact.model.regions import COMPONENTS
 
 RATE_OF_DTYPE = {torch.bfloat16: "bf16_flop_per_s", torch.float16: "bf16_flop_per_s",
                  torch.float32: "tf32_flop_per_s"}
@@ -33,25 +39,49 @@ def _nbytes(t: torch.Tensor) -> int:
     return t.numel() * t.element_size()
 
 
-def model_part(model, R: int, W: int, T: int, prompt_len: int) -> tuple[int, int]:
-    """(compulsory bytes, FLOPs) of the T calls' non-recurrent work."""
+# Which component of a decode call reads each per-layer weight (HybridModel's layer dict keys).
+COMPONENT_OF_WEIGHT = {
+    "ln1": "norms", "ln2": "norms", "gate_up": "mlp", "down": "mlp",
+    "in_proj": "gdn_proj", "out_proj": "gdn_proj", "conv": "gdn_conv", "A_log": "gdn_conv", "dt_bias": "gdn_conv",
+    "norm": "gdn_norm", "qkv_proj": "attn_proj", "o_proj": "attn_proj",
+    "q_norm": "attn_qk_norm_rope", "k_norm": "attn_qk_norm_rope",
+}
+
+
+def model_components(model, R: int, W: int, T: int, prompt_len: int) -> dict[str, tuple[int, int]]:
+    """component -> (compulsory bytes, FLOPs) of the T calls' non-recurrent work (module docstring); every
+    component of artifact.model.regions but gdn_recurrent, zeros included."""
     cfg, N = model.cfg, R * W
     elem = torch.empty((), dtype=model.dtype).element_size()
-    mats = [t for layer in model.layers for t in layer.values() if t.dim() >= 2] + [model.lm_head]
-    vecs = [t for layer in model.layers for t in layer.values() if t.dim() < 2] + [model.final_norm]
-    per_call_bytes = sum(map(_nbytes, mats)) + sum(map(_nbytes, vecs))
+    nbytes = Counter({c: 0 for c in COMPONENTS if c != "gdn_recurrent"})
+    flops = Counter(nbytes)
+    for layer in model.layers:
+        for name, t in layer.items():
+            if name not in COMPONENT_OF_WEIGHT:
+                raise KeyError(f"model_components: no component for layer weight {name!r}")
+            c = COMPONENT_OF_WEIGHT[name]
+            nbytes[c] += T * _nbytes(t)
+            flops[c] += T * 2 * N * t.numel() if t.dim() >= 2 else 0     # the conv's [C, 4] taps included
+    nbytes["lm_head"] += T * (_nbytes(model.lm_head) + N * cfg.vocab_size * elem)       # weights and the logits
+    flops["lm_head"] += T * 2 * N * model.lm_head.numel()
+    nbytes["norms"] += T * _nbytes(model.final_norm)
     if model.embed is not model.lm_head:
-        per_call_bytes += N * model.embed.shape[1] * model.embed.element_size()
-    per_call_bytes += N * cfg.vocab_size * elem                                   # the logits
-    per_call_flops = 2 * N * sum(t.numel() for t in mats)
+        nbytes["embed"] += T * N * model.embed.shape[1] * model.embed.element_size()
     n_attn, hd = len(cfg.attn_layers), cfg.head_dim
     kv_row = 2 * cfg.num_key_value_heads * hd * elem                              # K and V of one token
-    nbytes = flops = 0
+    per_token = n_attn * 4 * N * cfg.num_attention_heads * hd                     # FLOPs per attended token
     for t in range(T):
-        seen = prompt_len + t + 1                                                 # tokens each query attends
-        nbytes += per_call_bytes + n_attn * (R * prompt_len * kv_row + N * (t + 1) * kv_row)
-        flops += per_call_flops + n_attn * 4 * N * cfg.num_attention_heads * hd * seen
-    return nbytes, flops
+        nbytes["attn_prompt"] += n_attn * R * prompt_len * kv_row                 # shared per request
+        flops["attn_prompt"] += per_token * prompt_len
+        nbytes["attn_decode_kv"] += n_attn * N * (t + 1) * kv_row                 # each beam's own
+        flops["attn_decode_kv"] += per_token * (t + 1)
+    return {c: (nbytes[c], flops[c]) for c in nbytes}
+
+
+def model_part(model, R: int, W: int, T: int, prompt_len: int) -> tuple[int, int]:
+    """(compulsory bytes, FLOPs) of the T calls' non-recurrent work: the sum of `model_components`."""
+    parts = model_components(model, R, W, T, prompt_len).values()
+    return sum(b for b, _ in parts), sum(f for _, f in parts)
 
 
 def recurrent_part(path_obj, model, R: int, W: int, T: int, parents: torch.Tensor,
@@ -84,3 +114,26 @@ def decode_floor(model, path_obj, R: int, W: int, T: int, prompt_len: int, paren
         by_rate[rec["rate"]] += rec["flops"]
         out["floor_ms"], out["floor_bound"] = floor_ms(out["compulsory_bytes"], dict(by_rate), ceilings)
     return out
+
+
+def component_costs(model, path_obj, R: int, W: int, T: int, prompt_len: int, parents: torch.Tensor,
+                    tail_len: int | None = None) -> dict[str, dict]:
+    """component -> {"compulsory_bytes", "flops", "rate"} of one search's T calls: `model_components` at the
+    model dtype's matrix rate plus the path's recurrent part as gdn_recurrent (absent when the path does not
+    model itself). Their bytes and FLOPs sum to decode_floor's."""
+    rate = RATE_OF_DTYPE.get(model.dtype, "tf32_flop_per_s")
+    out = {c: {"compulsory_bytes": b, "flops": f, "rate": rate}
+           for c, (b, f) in model_components(model, R, W, T, prompt_len).items()}
+    rec = recurrent_part(path_obj, model, R, W, T, parents, tail_len)
+    if rec is not None:
+        out["gdn_recurrent"] = dict(rec)
+    return out
+
+
+def component_floor(cost: dict, ceilings: dict, calls: int = 1) -> tuple[float, str]:
+    """(floor ms, bound) of one component's cost per call (`calls`: how many calls the cost covers): the same
+    max(bytes / copy bandwidth, FLOPs / matrix rate) as decode_floor; a part with neither bytes nor FLOPs
+    has floor 0 and bound ""."""
+    if not cost["compulsory_bytes"] and not cost["flops"]:
+        return 0.0, ""
+    return floor_ms(cost["compulsory_bytes"] / calls, {cost["rate"]: cost["flops"] / calls}, ceilings)

@@ -8,7 +8,9 @@ steppers start from the last prompt-block checkpoint and replay the prompt tail 
 `forward(t)` is decode call t's whole model forward (embedding -> 24 layers incl. state maintenance -> final
 norm -> LM head logits) and is what a CUDA graph captures, one graph per t (static shapes); call 0 also resets
 the steppers to the prompt state. Beam selection (log-softmax + global top-W) runs between calls, outside the
-graphs and outside the timed region.
+graphs and outside the timed region. Each call and each part of it runs inside a named profiler range
+(`artifact.model.regions`; a no-op unless torch.profiler records), which the per-component breakdown of a call
+(`artifact.model.breakdown`) reads.
 
 Each GDN layer keeps one slot per step of its stepper's inputs and output (`gdn_io[i]`): the conv's q|k|v, g
 and beta as the conv returned them (in a graph-replayed decode the graph's own output tensors, rewritten by each
@@ -29,6 +31,7 @@ from artifact.model.blocks import DecodeOps
 from artifact.model.layers import rms_norm, rotary_cos_sin
 from artifact.model.network import HybridModel
 from artifact.model.prefill import PromptState
+from artifact.model.regions import CALL, region
 from artifact.paths import make_stepper
 
 # Paths whose conv / attention decode state follows the beam tree through ancestry (no copies); every other
@@ -105,14 +108,17 @@ class BeamDecoder:
             raise RuntimeError("BeamDecoder.forward before load_prompt")
         m, cfg = self.model, self.model.cfg
         if t == 0:
-            for i, st in enumerate(self.steppers):
-                if self.uses_tail:
-                    st.reset(self.prompt["s_boundary"][i], tail=self.prompt["tail"][i])
-                else:
-                    st.reset(self.prompt["s_ctx"][i])
+            with region("gdn_recurrent"):
+                for i, st in enumerate(self.steppers):
+                    if self.uses_tail:
+                        st.reset(self.prompt["s_boundary"][i], tail=self.prompt["tail"][i])
+                    else:
+                        st.reset(self.prompt["s_ctx"][i])
         else:
-            self.tree.advance(t)
-        x = F.embedding(self.tokens, m.embed)
+            with region("ancestry"):
+                self.tree.advance(t)
+        with region("embed"):
+            x = F.embedding(self.tokens, m.embed)
         gi = ai = 0
         for layer, kind in zip(m.layers, cfg.layer_types):
             if kind == "linear_attention":
@@ -121,22 +127,29 @@ class BeamDecoder:
             else:
                 x = self._attn(t, ai, layer, x)
                 ai += 1
-        self.hidden[t].copy_(rms_norm(x, m.final_norm, cfg.rms_norm_eps))
-        return m.logits(self.hidden[t], out=self.logits)
+        with region("final_norm"):
+            self.hidden[t].copy_(rms_norm(x, m.final_norm, cfg.rms_norm_eps))
+        with region("lm_head"):
+            return m.logits(self.hidden[t], out=self.logits)
 
     def _gdn(self, t, i, layer, x):
         """One GDN layer + its MLP for all beams; returns the new residual stream."""
         m, cfg, ops = self.model, self.model.cfg, self.ops
         io = self.gdn_io[i]
-        qkv, z, b, a = m.split_gdn_proj(ops.norm_proj(x, layer["ln1"], layer["in_proj"], cfg.rms_norm_eps))
-        hist = self.conv[i].history(t, qkv)
-        mixed, g, beta = ops.conv_gates(qkv, hist, layer["conv"], a, b, layer["A_log"], layer["dt_bias"])
+        with region("gdn_norm_proj"):
+            qkv, z, b, a = m.split_gdn_proj(ops.norm_proj(x, layer["ln1"], layer["in_proj"], cfg.rms_norm_eps))
+        with region("conv_state"):
+            hist = self.conv[i].history(t, qkv)
+        with region("gdn_conv"):
+            mixed, g, beta = ops.conv_gates(qkv, hist, layer["conv"], a, b, layer["A_log"], layer["dt_bias"])
         io["mixed"][t], io["g"][t], io["beta"][t] = mixed, g, beta      # kept for the check and the stepper timer
         q, k, v = self.split_qkv(mixed)
-        out = self.steppers[i].step(t, q, k, v, g, beta, self.tree.parents, io["out"][t])
+        with region("gdn_recurrent"):
+            out = self.steppers[i].step(t, q, k, v, g, beta, self.tree.parents, io["out"][t])
         z = z.unflatten(-1, (cfg.linear_num_value_heads, cfg.linear_value_head_dim))
-        return ops.gdn_post(out, z, layer["norm"], x, layer["out_proj"], layer["ln2"], layer["gate_up"],
-                            layer["down"], cfg.rms_norm_eps)
+        with region("gdn_post"):
+            return ops.gdn_post(out, z, layer["norm"], x, layer["out_proj"], layer["ln2"], layer["gate_up"],
+                                layer["down"], cfg.rms_norm_eps)
 
     def split_qkv(self, mixed: torch.Tensor):
         """Conv output [R, W, conv_dim] -> q, k [R, W, HK, K] and v [R, W, HV, V] (views sharing strides)."""
@@ -149,13 +162,17 @@ class BeamDecoder:
     def _attn(self, t, i, layer, x):
         """One gated full-attention layer + its MLP for all beams; returns the new residual stream."""
         m, cfg, ops = self.model, self.model.cfg, self.ops
-        q, gate, k, v = m.split_attn_proj(ops.norm_proj(x, layer["ln1"], layer["qkv_proj"], cfg.rms_norm_eps))
-        q, k = ops.attn_pre(q, k, layer["q_norm"], layer["k_norm"], self.cos[t], self.sin[t], cfg.rms_norm_eps)
-        k_own, v_own = self.kv[i].step(t, k, v)
+        with region("attn_norm_proj"):
+            q, gate, k, v = m.split_attn_proj(ops.norm_proj(x, layer["ln1"], layer["qkv_proj"], cfg.rms_norm_eps))
+        with region("attn_qk_norm_rope"):
+            q, k = ops.attn_pre(q, k, layer["q_norm"], layer["k_norm"], self.cos[t], self.sin[t], cfg.rms_norm_eps)
+        with region("kv_state"):
+            k_own, v_own = self.kv[i].step(t, k, v)
         o = shared_prefix_attention(self.attn_impl, q, self.prompt["k_prompt"][i], self.prompt["v_prompt"][i],
                                     k_own, v_own, cfg.head_dim ** -0.5, merge=ops.merge_own_kv)
-        return ops.attn_post(o, gate, x, layer["o_proj"], layer["ln2"], layer["gate_up"], layer["down"],
-                             cfg.rms_norm_eps)
+        with region("attn_post"):
+            return ops.attn_post(o, gate, x, layer["o_proj"], layer["ln2"], layer["gate_up"], layer["down"],
+                                 cfg.rms_norm_eps)
 
     # ---- the beam search ----
     @torch.no_grad()
@@ -175,7 +192,8 @@ class BeamDecoder:
         for t in range(self.T):
             if events is not None:
                 events[t][0].record()
-            self.graphs[t].replay() if use_graphs else self.forward(t)
+            with region(CALL):
+                self.graphs[t].replay() if use_graphs else self.forward(t)
             if events is not None:
                 events[t][1].record()
             if forced is None:

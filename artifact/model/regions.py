@@ -1,0 +1,71 @@
+"""Named profiler ranges around the parts of one decode call, and the model component each part belongs to.
+
+`region(name)` opens the torch.profiler range "decode/<name>" while a profiler session records, and nothing
+otherwise: an unprofiled decode pays no range overhead, and a CUDA-graph replay carries no ranges anyway (the
+breakdown labels a replay's kernels through the eager call's, `artifact.model.breakdown`). `BeamDecoder`
+opens `CALL` around each decode call (forward or graph replay) and one range per part inside it.
+
+`REGIONS` maps each range to its component. Most ranges hold one component. A compiled block (blocks.py)
+holds several, fused between its GEMMs, so it maps to its phases in launch order: the work before the first
+GEMM, the first GEMM (with any split-K reduction or workspace memset next to it), the work between the first
+and second GEMM, and so on -- 2 g + 1 phases for g GEMMs. The GEMM boundaries are data dependencies of the
+block (norm -> projection -> residual + norm -> gate_up -> SwiGLU -> down -> residual), so any scheduler keeps
+them in this order.
+"""
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+
+PREFIX = "decode/"
+CALL = "call"
+
+# Components of one decode call, in the order figures and tables list them.
+COMPONENTS = (
+    "lm_head",            # logits GEMM over the tied embedding, logits written
+    "mlp",                # SwiGLU of every layer: gate_up GEMM, silu * up, down GEMM, its residual add
+    "gdn_proj",           # GDN in_proj (q|k|v|z|b|a) and out_proj GEMMs
+    "attn_proj",          # attention qkv_proj and o_proj GEMMs, sigmoid output gate
+    "gdn_recurrent",      # the path's Stepper: recurrent state read / update / output (reset at call 0)
+    "gdn_conv",           # depthwise causal conv over the window (+ silu) and the gates g, beta
+    "gdn_norm",           # gated RMSNorm of the GDN output
+    "attn_qk_norm_rope",  # q / k RMSNorms and partial rotary
+    "attn_prompt",        # attention of every beam over its request's shared prompt KV
+    "attn_decode_kv",     # attention over each beam's own decode KV and the exact log-sum-exp merge
+    "norms",              # input / post-mixer RMSNorms (with the residual adds fused into them), final norm
+    "conv_state",         # the conv windows following the beam tree (ancestry store / per-beam fork copies)
+    "kv_state",           # the decode KV following the beam tree (ancestry store / per-beam fork copies)
+    "ancestry",           # the beam tree's ancestry table (ancestry paths)
+    "embed",              # token embedding lookup
+)
+
+REGIONS: dict[str, str | tuple[str, ...]] = {
+    "embed": "embed",
+    "ancestry": "ancestry",
+    "gdn_norm_proj": ("norms", "gdn_proj", "gdn_proj"),
+    "conv_state": "conv_state",
+    "gdn_conv": "gdn_conv",
+    "gdn_recurrent": "gdn_recurrent",
+    "gdn_post": ("gdn_norm", "gdn_proj", "norms", "mlp", "mlp", "mlp", "mlp"),
+    "attn_norm_proj": ("norms", "attn_proj", "attn_proj"),
+    "attn_qk_norm_rope": "attn_qk_norm_rope",
+    "kv_state": "kv_state",
+    "attn_prompt": "attn_prompt",
+    "attn_decode_kv": "attn_decode_kv",
+    "attn_post": ("attn_proj", "attn_proj", "norms", "mlp", "mlp", "mlp", "mlp"),
+    "final_norm": "norms",
+    "lm_head": "lm_head",
+}
+
+
+# whether a torch.profiler session records now (the C++ flag; the Python one where a build lacks it)
+_recording = getattr(torch.autograd, "_profiler_enabled", None) or \
+    (lambda: getattr(torch.autograd.profiler, "_is_profiler_enabled", True))
+
+
+def region(name: str):
+    """The profiler range PREFIX + name while torch.profiler records; a no-op context otherwise."""
+    if name != CALL and name not in REGIONS:
+        raise ValueError(f"unknown decode region {name!r}; known: {CALL}, {', '.join(REGIONS)}")
+    return torch.profiler.record_function(PREFIX + name) if _recording() else nullcontext()

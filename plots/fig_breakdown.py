@@ -1,0 +1,169 @@
+"""Not in the paper: where one decode call of the Fig 6 model spends its GPU time, per component, beside each
+component's roofline floor (results/full_model_breakdown.csv, written by `python -m tools.decode_breakdown`).
+
+One panel per prompt length; per component one bar per path (OneLA, Controlled FullState: measured device time
+per decode call, the mean over the T calls of one search) with a black tick at that component's floor
+(max(bytes / copy bandwidth, FLOPs / matrix rate), artifact.model.cost.component_costs). The bold label is
+measured / floor. "idle" is the graph replay's time with no kernel running; the panel title gives each path's
+call time as Fig 6 times it and the whole-model floor. `report_lines` writes the REPORT.md section: the table
+and the components furthest above their floors.
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+
+from plots.data import Results
+from plots.style import colour, display_name, mark_series, no_data, ordered, save
+
+STEM = "fig_breakdown"
+CSV_NAME = "full_model_breakdown.csv"
+NOT_MEASURED = "not measured yet"
+SUMMARY = ("span", "total")               # rows that are not components
+LOG_SPREAD = 30
+NUMERIC = ("R", "W", "T", "O", "prompt_len", "measured_ms", "floor_ms", "bytes", "flops", "ops", "max_abs_err")
+
+
+def load(root) -> pd.DataFrame:
+    """The breakdown rows of the latest run per (path, prompt_len, O); an empty frame if there is no file."""
+    f = Path(root) / CSV_NAME
+    if not f.is_file() or not f.read_text().strip():
+        return pd.DataFrame()
+    df = pd.read_csv(f, dtype=str, keep_default_na=False)
+    for c in NUMERIC:
+        if c in df:
+            df[c] = pd.to_numeric(df[c].replace("", np.nan), errors="coerce")
+    if not len(df):
+        return df
+    latest = df.groupby(["path", "prompt_len", "O"])["run_id"].transform("max")
+    df = df[df["run_id"] == latest]
+    return df.drop_duplicates(["path", "prompt_len", "O", "component"], keep="last").reset_index(drop=True)
+
+
+def components(df: pd.DataFrame) -> list[str]:
+    """Components in the CSV's order, leaving out those with neither time nor floor in every row."""
+    comp = df[~df["component"].isin(SUMMARY)]
+    keep = comp.groupby("component", sort=False)[["measured_ms", "floor_ms"]].max().fillna(0).sum(axis=1) > 0
+    return [c for c in comp["component"].drop_duplicates() if keep.get(c, False)]
+
+
+def _value(df, path, comp, col) -> float:
+    r = df[(df["path"] == path) & (df["component"] == comp)]
+    return float(r[col].iloc[0]) if len(r) and pd.notna(r[col].iloc[0]) else math.nan
+
+
+def _prompt_label(n) -> str:
+    return f"prompt {int(n) // 1024}K" if n % 1024 == 0 else f"prompt {int(n)}"
+
+
+def draw(res: Results):
+    df = load(res.root)
+    if not len(df):
+        fig, ax = plt.subplots(figsize=(9, 4))
+        ax.set_title("Where a decode call's time goes (per component vs its floor; not a paper figure)")
+        no_data(ax, f"no {CSV_NAME} yet\n(python -m tools.decode_breakdown)")
+        return fig
+    cells = sorted(df[["prompt_len", "O"]].drop_duplicates().itertuples(index=False))
+    comps = components(df)
+    paths = ordered(df["path"].unique())
+    fig, axes = plt.subplots(1, len(cells), figsize=(6.4 * len(cells), 0.22 * len(comps) * len(paths) + 2.4),
+                             squeeze=False, sharey=True)
+    first = df.iloc[0]
+    fig.suptitle(f"Where a decode call's time goes ({first['model']}, R={int(first['R'])}, W={int(first['W'])}): "
+                 f"device time per call vs floor, per component (not a paper figure)")
+    height = 0.8 / len(paths)
+    for ax, (prompt, o) in zip(axes[0], cells):
+        rows = df[(df["prompt_len"] == prompt) & (df["O"] == o)]
+        heads = []
+        for i, p in enumerate(paths):
+            ys = [j - 0.4 + height * (i + 0.5) for j in range(len(comps))]
+            vals = [_value(rows, p, c, "measured_ms") for c in comps]
+            drawn = [(y, v) for y, v in zip(ys, vals) if math.isfinite(v) and v > 0]
+            bars = ax.barh([y for y, _ in drawn], [v for _, v in drawn], height * 0.92, color=colour(p),
+                           edgecolor="black", linewidth=0.4, label=display_name(p))
+            mark_series(bars, p)
+            for y, c, v in zip(ys, comps, vals):
+                f = _value(rows, p, c, "floor_ms")
+                if math.isfinite(f) and f > 0:
+                    ax.vlines(f, y - height / 2, y + height / 2, colors="black", linewidth=1.6, zorder=4)
+                    if math.isfinite(v) and v > 0:
+                        ax.annotate(f"{v / f:.1f}×", (v, y), xytext=(3, 0), textcoords="offset points",
+                                    va="center", fontsize=7, fontweight="bold", color=colour(p))
+            tot, fl = _value(rows, p, "total", "measured_ms"), _value(rows, p, "total", "floor_ms")
+            heads.append(f"{display_name(p)} {tot:.2f} ms (floor {fl:.2f})")
+        ax.set_title(f"{_prompt_label(prompt)}, O={int(o)}\n" + "; ".join(heads), fontsize=9)
+        ax.set_yticks(range(len(comps)), comps)
+        if ax is axes[0][0]:
+            ax.invert_yaxis()                   # the panels share y: once for all, first component on top
+        vals = rows[rows["component"].isin(comps)][["measured_ms", "floor_ms"]].to_numpy().ravel()
+        vals = vals[np.isfinite(vals) & (vals > 0)]
+        if len(vals) and vals.max() > LOG_SPREAD * vals.min():
+            ax.set_xscale("log")
+            ax.set_xlabel("ms per decode call (log); tick: floor; label: measured / floor")
+        else:
+            ax.set_xlabel("ms per decode call; tick: floor; label: measured / floor")
+        ax.grid(axis="x", alpha=0.3)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False, bbox_to_anchor=(0.5, -0.01))
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    return fig
+
+
+def render(res: Results, out_dir) -> list:
+    return save(draw(res), out_dir, STEM)
+
+
+def _ms(v: float) -> str:
+    return "—" if not math.isfinite(v) else f"{v:.3g}"
+
+
+def _ratio(m: float, f: float) -> str:
+    return f"{m / f:.1f}×" if math.isfinite(m) and math.isfinite(f) and f > 0 else "—"
+
+
+def report_lines(root) -> list[str]:
+    """REPORT.md's section: per cell, every component's measured ms per call, floor and ratio for each path,
+    and each path's components with the most time above their floors."""
+    df = load(root)
+    if not len(df):
+        return [f"{NOT_MEASURED} (`results/{CSV_NAME}`: `python -m tools.decode_breakdown`)."]
+    paths = ordered(df["path"].unique())
+    comps = components(df)
+    out = [f"From `results/{CSV_NAME}` (`tools.decode_breakdown`, run(s) "
+           f"{', '.join(sorted(df['run_id'].unique()))}): device time per decode call (mean over the T calls), "
+           "the component's floor (max(bytes / copy bandwidth, FLOPs / matrix rate), the run's measured "
+           "ceilings) and measured / floor. `total` is the call as Fig 6 times it, beside the whole-model floor; "
+           "`span` the profiled replay's first-to-last kernel time; `idle` its time with no kernel running. "
+           "conv_state, kv_state, ancestry and embed have no floor: the model's floor counts no conv windows, no "
+           "copies that follow the beam tree and (tied embeddings) no separate embedding read "
+           "(artifact/model/cost.py).", ""]
+    for (prompt, o), rows in df.groupby(["prompt_len", "O"]):
+        header = ["component"]
+        for p in paths:
+            header += [f"{display_name(p)} ms", "floor ms", "× floor"]
+        table = []
+        for c in [*comps, *SUMMARY]:
+            line = [c]
+            for p in paths:
+                m, f = _value(rows, p, c, "measured_ms"), _value(rows, p, c, "floor_ms")
+                line += [_ms(m), _ms(f), _ratio(m, f)]
+            table.append(line)
+        out += [f"**{_prompt_label(prompt)}, O={int(o)}** (method: "
+                f"{', '.join(sorted(rows['method'].astype(str).unique()))})", "",
+                "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        out += ["| " + " | ".join(line) + " |" for line in table]
+        for p in paths:
+            r = rows[(rows["path"] == p) & rows["component"].isin(comps)].copy()
+            r["excess"] = r["measured_ms"] - r["floor_ms"].fillna(0)
+            top = r.sort_values("excess", ascending=False).head(4)
+            out.append(f"- {display_name(p)}: most time above its floor in " + ", ".join(
+                f"{t.component} (+{t.excess:.3g} ms, {_ratio(t.measured_ms, t.floor_ms)})"
+                for t in top.itertuples()) + f"; the components' floors add up to {_ms(r['floor_ms'].sum())} ms "
+                f"(each at its own bound; the whole model's: {_ms(_value(rows, p, 'total', 'floor_ms'))} ms).")
+        out.append("")
+    return out
