@@ -175,6 +175,10 @@ def validate(cfg: DictConfig) -> SweepSpec:
     if not (math.isfinite(cfg.tolerance) and cfg.tolerance > 0):
         raise _bad("tolerance", cfg.tolerance, "must be a finite number > 0 (the correctness gate cannot be "
                    "switched off)")
+    traffic = cfg.get("traffic")
+    if isinstance(traffic, DictConfig) and traffic.get("check") is False:
+        raise _bad("traffic.check", False, "the correctness gate cannot be switched off (an unchecked cell "
+                   "would be recorded ok without a max_abs_err)")
     for key in ("warmup_ms", "rep_ms"):
         if cfg.timer[key] < 1:
             raise _bad(f"timer.{key}", cfg.timer[key], "must be >= 1")

@@ -101,6 +101,8 @@ def test_two_writers_killed_at_random_points_leave_each_cell_once(tmp_path):
 def test_the_gate_cannot_be_switched_off(override):
     with pytest.raises(ConfigError, match=r"config key tolerance=.*must be a finite number > 0"):
         validate(cfg_of("suite=smoke", override))
+    with pytest.raises(ConfigError, match=r"config key traffic.check=False: the correctness gate cannot be"):
+        validate(cfg_of("suite=traffic", "traffic.check=false"))
 
 
 class _NanPath(DecodePath):
