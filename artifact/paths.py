@@ -11,7 +11,9 @@ and replays it after copying fresh inputs into those tensors), and must not sync
 from __future__ import annotations
 
 import abc
+import functools
 import importlib
+import operator
 
 import torch
 
@@ -82,6 +84,26 @@ class UnavailablePath(DecodePath):
         return 0
 
 
+def _checked_reset(fn):
+    @functools.wraps(fn)
+    def reset(self, *args, **kwargs):
+        self._next_step = None                  # a reset that raises leaves no decode in progress
+        result = fn(self, *args, **kwargs)
+        self._next_step = 0
+        return result
+    return reset
+
+
+def _checked_step(fn):
+    @functools.wraps(fn)
+    def step(self, t, q, k, v, g, beta, parents, out):
+        self.check_call(t, q, out)
+        result = fn(self, t, q, k, v, g, beta, parents, out)
+        self._next_step = t + 1                 # only a step that returned counts
+        return result
+    return step
+
+
 class Stepper(abc.ABC):
     """One GDN layer's recurrent state for R requests x W beams across the T decode steps of one decode.
 
@@ -89,10 +111,65 @@ class Stepper(abc.ABC):
     Inputs of one step: q, k [R, W, HK, K] (raw, bf16), v [R, W, HV, V], g, beta [R, W, HV] fp32,
     parents [R, W] int32 (beam b's parent at the previous step; ignored at t = 0). Every method must be
     CUDA-graph capturable (no host sync, no data-dependent allocation).
+
+    Call order: reset(s_ctx), then step(0), step(1), ..., step(T-1); the next decode begins with reset. Every
+    subclass's reset and step are wrapped (at class creation) so that a step before reset, a step out of order
+    or past T, and an `out` of another shape, device or dtype than `out_dtypes` allows raise before the
+    subclass runs (`check_call`): a kernel would otherwise read a state never written (NaN, 1e15) or store into
+    an int tensor (zeros). The checks are host-side Python on a counter; nothing touches the device, so a CUDA
+    graph captured over reset + the T steps replays exactly what it captured.
     """
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "reset" in cls.__dict__:
+            cls.reset = _checked_reset(cls.__dict__["reset"])
+        if "step" in cls.__dict__:
+            cls.step = _checked_step(cls.__dict__["step"])
 
     def __init__(self, geometry, R: int, W: int, T: int, device):
         self.geometry, self.R, self.W, self.T, self.device = geometry, R, W, T, torch.device(device)
+        self._next_step = None          # the step the decode in progress takes next; None before a reset
+
+    @property
+    def steps_done(self) -> int | None:
+        """Steps taken since the last reset (None before the first reset)."""
+        return getattr(self, "_next_step", None)
+
+    def out_dtypes(self, q: torch.Tensor) -> tuple:
+        """The dtypes `out` may have for inputs like `q`: the inputs' own, or float32 (the kernels compute in fp32
+        and cast on store)."""
+        return (q.dtype, torch.float32)
+
+    def check_call(self, t, q, out) -> None:
+        """Refuse a step call the decode in progress cannot take: before reset, out of order or past T, or an
+        `out` not [R, W, HV, V] of an allowed float dtype on q's device."""
+        name = type(self).__name__
+        nxt = getattr(self, "_next_step", None)
+        try:
+            t = operator.index(t)
+        except TypeError:
+            raise TypeError(f"{name}: step index t must be an int, got {t!r}") from None
+        if nxt is None:
+            raise RuntimeError(f"{name}: step({t}) before reset(s_ctx): call reset(s_ctx) to begin a decode")
+        if t != nxt or t >= self.T:
+            if nxt >= self.T:
+                raise RuntimeError(f"{name}: step({t}) after all T={self.T} steps since reset: call reset(s_ctx) "
+                                   "to begin the next decode")
+            raise RuntimeError(f"{name}: step({t}) out of order: the next step since reset is {nxt} (a decode "
+                               f"runs steps 0, 1, ..., {self.T - 1} after reset)")
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"{name}: out must be a tensor, got {type(out).__name__}")
+        geo = self.geometry
+        want = (self.R, self.W, geo.hv, geo.v)
+        if tuple(out.shape) != want:
+            raise ValueError(f"{name}: out has shape {tuple(out.shape)}, expected {want}")
+        allowed = tuple(dict.fromkeys(self.out_dtypes(q)))
+        if out.dtype not in allowed:
+            raise ValueError(f"{name}: out has dtype {out.dtype}; this stepper writes "
+                             f"{' or '.join(str(d) for d in allowed)} (the inputs' dtype, or float32)")
+        if out.device != q.device:
+            raise ValueError(f"{name}: out is on {out.device}, the inputs on {q.device}")
 
     @abc.abstractmethod
     def reset(self, s_ctx: torch.Tensor, tail: dict | None = None) -> None:

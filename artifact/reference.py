@@ -46,6 +46,10 @@ class TorchFullStateStepper(Stepper):
         super().__init__(geometry, R, W, T, device)
         self.dtype = dtype
 
+    def out_dtypes(self, q):
+        """The inputs' dtype, float32, or this stepper's compute dtype (float64 for the fp64 reference)."""
+        return (q.dtype, torch.float32, self.dtype)
+
     def reset(self, s_ctx, tail=None):
         if tail is not None:
             raise ValueError("TorchFullStateStepper: a prompt tail is ReplaySSM-only")
@@ -81,6 +85,10 @@ class TorchReplayStepper(Stepper):
         self.dtype = dtype
         self.store = store or GtrStore(geometry, R, W, T, device=device, record_dtype=dtype, alpha_dtype=dtype)
         self.anc = AncestryIndex(R, W, T, device=device)
+
+    def out_dtypes(self, q):
+        """The inputs' dtype, float32, or this stepper's compute dtype (float64 for the fp64 reference)."""
+        return (q.dtype, torch.float32, self.dtype)
 
     def reset(self, s_ctx, tail=None):
         if tail is not None:

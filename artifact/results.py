@@ -3,16 +3,27 @@
 One schema for every suite, so files never become a sparse union of columns. A row is keyed by its
 `config_hash` (everything that defines the cell, nothing measured); a re-run skips hashes already present.
 `run_id` names the env record (results/env/<run_id>.json) of the run that produced the row.
+
+Every reader of a results table (the sweep's resume, the merges, the figures) goes through `read_table`, which
+checks every line against the schema (`row_problems`) and names the file and line of anything it refuses;
+`append_row` checks a row the same way before writing it, so what is written reads back. `table_lock` gives a
+table one writer at a time. `python -m artifact.results repair FILE` moves refused lines aside;
+`python -m artifact.results verify ENV.json ...` checks env records against the code they name.
 """
 from __future__ import annotations
 
+import contextlib
 import csv
 import datetime
 import hashlib
+import io
 import json
+import math
 import os
 import platform
+import re
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
 
 COLUMNS = [
@@ -25,6 +36,23 @@ STATUSES = ("ok", "skipped", "failed")
 
 # Fields that define a cell (hashed); measured fields never enter the hash.
 KEY_FIELDS = ("suite", "path", "geometry", "R", "W", "T", "HK", "HV", "K", "V", "prompt_len", "lineage", "seed")
+
+# What a valid row holds (row_problems): integer fields with their minimum, measured numbers (empty, or a number
+# >= 0; nan / inf allowed, e.g. a failed cell's max_abs_err), and text fields that may not be empty.
+INT_FIELDS = {"R": 1, "W": 1, "T": 1, "O": 2, "HK": 1, "HV": 1, "K": 1, "V": 1, "prompt_len": 0, "seed": 0}
+MEASURED_FIELDS = ("latency_ms", "p20_ms", "p80_ms", "floor_ms", "persistent_bytes", "written_bytes",
+                   "dram_read_bytes", "dram_write_bytes", "flops", "compulsory_bytes", "max_abs_err")
+NAME_FIELDS = ("suite", "path", "geometry", "lineage", "run_id")
+_HASH = re.compile(r"[0-9a-f]{16}")
+_SUITE = re.compile(r"[a-z][a-z0-9_]*")
+
+
+class ResultsFileError(RuntimeError):
+    """A results file that cannot be read, appended to or merged safely (the message names it and says what to do)."""
+
+
+class TableBusy(ResultsFileError):
+    """Another process holds the table's lock (table_lock)."""
 
 
 def config_hash(cell: dict) -> str:
@@ -41,13 +69,94 @@ def config_hash(cell: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _number(text: str) -> float | None:
+    """The float a field spells, or None if it spells none (float() alone would take '1_0' and ' 1 ')."""
+    if text != text.strip() or "_" in text:
+        return None
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def row_problems(row: dict) -> list[str]:
+    """Why `row` (field -> text, as a CSV holds it) is not a valid results row; [] if it is.
+
+    Every column present; status one of STATUSES; names non-empty (suite a lower-case identifier); the integer
+    fields integers at or above their minimum, with O = T + 1; every measured field empty or a number >= 0;
+    tolerance a finite number > 0; config_hash 16 hex digits; an ok row's max_abs_err a finite number (the gate
+    compared it with a tolerance); a failed or skipped row's reason non-empty."""
+    missing = [c for c in COLUMNS if row.get(c) is None]
+    if missing:
+        return [f"no value for {missing}"]
+    out = []
+    status = row["status"]
+    if status not in STATUSES:
+        out.append(f"status {status!r} is not one of {STATUSES}")
+    for c in NAME_FIELDS:
+        if not row[c].strip():
+            out.append(f"{c} is empty")
+    if row["suite"] and not _SUITE.fullmatch(row["suite"]):
+        out.append(f"suite {row['suite']!r} is not a lower-case identifier")
+    ints = {}
+    for c, low in INT_FIELDS.items():
+        text = row[c]
+        if not re.fullmatch(r"-?[0-9]+", text):
+            out.append(f"{c} {text!r} is not an integer")
+        elif int(text) < low:
+            out.append(f"{c}={text} is below {low}")
+        else:
+            ints[c] = int(text)
+    if "O" in ints and "T" in ints and ints["O"] != ints["T"] + 1:
+        out.append(f"O={ints['O']} is not T + 1 = {ints['T'] + 1}")
+    for c in MEASURED_FIELDS:
+        text = row[c]
+        if text == "":
+            continue
+        x = _number(text)
+        if x is None:
+            out.append(f"{c} {text!r} is not a number")
+        elif x < 0:
+            out.append(f"{c}={text} is negative")
+    tol = _number(row["tolerance"])
+    if tol is None or not math.isfinite(tol) or not tol > 0:
+        out.append(f"tolerance {row['tolerance']!r} is not a finite number > 0")
+    if not _HASH.fullmatch(row["config_hash"]):
+        out.append(f"config_hash {row['config_hash']!r} is not 16 hex digits")
+    if status == "ok":
+        err = _number(row["max_abs_err"])
+        if err is None or not math.isfinite(err):
+            out.append(f"an ok row needs a finite max_abs_err, got {row['max_abs_err']!r}")
+    elif status in ("failed", "skipped") and not row["reason"].strip():
+        out.append(f"a {status} row needs a reason")
+    return out
+
+
+def _as_text(row: dict) -> dict:
+    """A row as its CSV line will spell it (None and missing fields are empty)."""
+    return {c: "" if row.get(c) is None else str(row[c]) for c in COLUMNS}
+
+
+def check_row(row: dict) -> list[str]:
+    """Why `row` (field -> value) would not read back as a valid row once written; [] if it would."""
+    text = _as_text(row)
+    problems = row_problems(text)
+    broken = [c for c, v in text.items() if "\n" in v or "\r" in v]
+    if broken:
+        problems.append(f"{broken} hold a line break")
+    return problems
+
+
 def append_row(csv_path: str | os.PathLike, row: dict) -> None:
-    """Append one row and flush it to disk, so a killed sweep loses no finished cell."""
+    """Append one row and flush it to disk, so a killed sweep loses no finished cell. The row is checked as it
+    will read back (row_problems); one line per row, so a field may not hold a line break."""
     unknown = set(row) - set(COLUMNS)
     if unknown:
         raise ValueError(f"append_row: unknown columns {sorted(unknown)}")
-    if row.get("status") not in STATUSES:
-        raise ValueError(f"append_row: status must be one of {STATUSES}, got {row.get('status')!r}")
+    text = _as_text(row)
+    problems = check_row(row)
+    if problems:
+        raise ValueError("append_row: invalid row: " + "; ".join(problems))
     csv_path = Path(csv_path)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     new = not csv_path.exists() or csv_path.stat().st_size == 0
@@ -55,23 +164,276 @@ def append_row(csv_path: str | os.PathLike, row: dict) -> None:
         w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="raise")
         if new:
             w.writeheader()
-        w.writerow({c: row.get(c, "") for c in COLUMNS})
+        w.writerow(text)
         f.flush()
         os.fsync(f.fileno())
 
 
-def finished_hashes(csv_path: str | os.PathLike) -> set[str]:
-    """Config hashes already recorded (any status), tolerating a torn last line from a killed run."""
+# ---------------------------------------------------------------- reading a table
+
+@dataclass
+class Refused:
+    """A line of a results table that is not a valid row: its 1-based line number, why, and its text."""
+
+    line: int
+    why: str
+    text: str
+
+
+@dataclass
+class Table:
+    """What `read_table` found in one file: the valid rows (each with its line number), the refused lines, and
+    the torn last line a killed writer leaves (text without its line end; None if the file ends cleanly)."""
+
+    path: Path
+    rows: list[dict] = field(default_factory=list)
+    lines: list[int] = field(default_factory=list)
+    refused: list[Refused] = field(default_factory=list)
+    torn: str | None = None
+
+    def whole(self, torn: str = "refuse") -> list[dict]:
+        """The rows, if every line is a valid row; else ResultsFileError naming every refused line and how to
+        repair the file. torn="refuse" refuses a torn last line too; "skip" leaves it out (the caller says so)."""
+        problems = self.problems()
+        if self.torn is not None and torn == "refuse":
+            problems.append(f"{self.path}: the last line is torn (no line end; a killed writer's): "
+                            f"{_clip(self.torn)}")
+        if problems:
+            n = len(self.refused) + (self.torn is not None and torn == "refuse")
+            raise ResultsFileError(f"{self.path}: {n} line(s) refused:\n  " + "\n  ".join(problems)
+                                   + f"\nrepair: {repair_command(self.path)}  (moves them to "
+                                   f"{self.path}.refused; the next run of the suite measures their cells again)")
+        return self.rows
+
+    def problems(self, limit: int = 10) -> list[str]:
+        """One line per refused line (the first `limit`), '<file> line <n>: <why>: <text>'."""
+        out = [f"{self.path} line {r.line}: {r.why}: {_clip(r.text)}" for r in self.refused[:limit]]
+        if len(self.refused) > limit:
+            out.append(f"... and {len(self.refused) - limit} more refused line(s)")
+        return out
+
+
+def _csv_line(row: dict) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="").writerow([row[c] for c in COLUMNS])
+    return buf.getvalue()
+
+
+def _clip(text: str, n: int = 100) -> str:
+    return repr(text if len(text) <= n else text[:n] + "...")
+
+
+def repair_command(path: str | os.PathLike) -> str:
+    return f"python -m artifact.results repair {path}"
+
+
+def read_table(path: str | os.PathLike) -> Table:
+    """Read a results table, checking every line: the header must be COLUMNS; each following line must be one
+    CSV record of exactly those columns (UTF-8) that passes row_problems, with a config_hash no earlier line
+    holds (one row per cell). Lines that fail are returned as `refused`, never as rows; a last line without its
+    line end (a killed writer's) is returned as `torn`. A missing or empty file is an empty table.
+    Raises ResultsFileError when the file cannot be read or its header is not the schema's."""
+    path = Path(path)
+    table = Table(path)
+    if not path.exists():
+        return table
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise ResultsFileError(f"{path}: cannot read: {e}") from None
+    raw = data.split(b"\n")
+    if raw[-1]:
+        table.torn = raw[-1].decode("utf-8", "replace")
+    raw = raw[:-1]                       # complete lines (each ended by \n)
+    if not raw:
+        return table
+    try:
+        header = next(csv.reader([raw[0].rstrip(b"\r").decode("utf-8")], strict=True), [])
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise ResultsFileError(f"{path} line 1: not a results header ({e}); move the file away") from None
+    if header != COLUMNS:
+        missing = [c for c in COLUMNS if c not in header]
+        extra = [c for c in header if c not in COLUMNS]
+        raise ResultsFileError(f"{path}: columns differ from artifact.results.COLUMNS (missing {missing}, "
+                               f"extra {extra}{', order differs' if not missing and not extra else ''}); "
+                               "move the file away or re-create it")
+    seen: dict[str, int] = {}
+    for n, line in enumerate(raw[1:], start=2):
+        line = line.rstrip(b"\r")
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            table.refused.append(Refused(n, f"not UTF-8 text (byte {line[e.start]:#04x} at column {e.start + 1})",
+                                         line.decode("utf-8", "replace")))
+            continue
+        try:
+            fields = next(csv.reader([text], strict=True), [])
+        except csv.Error as e:
+            table.refused.append(Refused(n, f"not one CSV record ({e})", text))
+            continue
+        if len(fields) != len(COLUMNS):
+            why = "an empty line" if not text.strip() else \
+                f"{len(fields)} fields, expected {len(COLUMNS)} (a truncated or mangled line)"
+            table.refused.append(Refused(n, why, text))
+            continue
+        row = dict(zip(COLUMNS, fields))
+        problems = row_problems(row)
+        if problems:
+            table.refused.append(Refused(n, "; ".join(problems), text))
+            continue
+        h = row["config_hash"]
+        if h in seen:
+            table.refused.append(Refused(n, f"config_hash {h} is already recorded at line {seen[h]} "
+                                            "(one row per cell)", text))
+            continue
+        seen[h] = n
+        table.rows.append(row)
+        table.lines.append(n)
+    return table
+
+
+def read_rows(path: str | os.PathLike, torn: str = "refuse") -> list[dict]:
+    """The rows of a results table that must be whole (read_table(path).whole(torn))."""
+    return read_table(path).whole(torn)
+
+
+def write_rows(csv_path: str | os.PathLike, rows: list[dict], columns: list[str] = COLUMNS) -> None:
+    """Write `rows` atomically (a temp file, fsync'd, then renamed) in `columns` (the results schema unless a
+    side table's own)."""
     csv_path = Path(csv_path)
-    if not csv_path.exists():
-        return set()
-    out = set()
-    with open(csv_path, newline="") as f:
-        for row in csv.DictReader(f):
-            h = row.get("config_hash")
-            if h and row.get("status") in STATUSES:
-                out.add(h)
-    return out
+    tmp = csv_path.with_name(csv_path.name + ".tmp")
+    with open(tmp, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=columns, extrasaction="raise")
+        w.writeheader()
+        for r in rows:
+            w.writerow({c: r.get(c, "") for c in columns})
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, csv_path)
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+
+
+PROVENANCE = ("run_id",)   # columns that say where a row came from, not what it measured
+
+
+def repair_table(path: str | os.PathLike) -> dict:
+    """Make a results table whole: keep its valid rows; move every refused line, the torn last line, and the
+    rows of a cell recorded twice with different values (which one is right cannot be told) to `<file>.refused`
+    (appended, each after a '# line <n>: <why>' note); a cell recorded twice with the same values (provenance
+    aside) keeps its first row. The next run of the suite measures the cells that lost their row. Holds the
+    table's lock. Returns {"kept", "moved": [(line, why)], "refused_file"}."""
+    path = Path(path)
+    with table_lock(path):
+        table = read_table(path)
+        moved: list[Refused] = []
+        by_hash = {r["config_hash"]: (r, n) for r, n in zip(table.rows, table.lines)}
+        conflicted = set()
+        for ref in table.refused:
+            m = re.match(r"config_hash ([0-9a-f]{16}) is already recorded at line (\d+)", ref.why)
+            if m:
+                first, _ = by_hash[m[1]]
+                dup = dict(zip(COLUMNS, next(csv.reader([ref.text]))))
+                diff = [c for c in COLUMNS if c not in PROVENANCE and first[c] != dup[c]]
+                if diff:
+                    conflicted.add(m[1])
+                    moved.append(Refused(ref.line, f"{ref.why}, with other values in {diff}", ref.text))
+                else:
+                    moved.append(Refused(ref.line, f"{ref.why}, with the same values", ref.text))
+            else:
+                moved.append(ref)
+        keep = []
+        for r, n in zip(table.rows, table.lines):
+            if r["config_hash"] in conflicted:
+                moved.append(Refused(n, f"config_hash {r['config_hash']} is recorded again later with other "
+                                        "values; neither row is kept", _csv_line(r)))
+            else:
+                keep.append(r)
+        if table.torn is not None:
+            moved.append(Refused(len(table.rows) + len(table.refused) + 2, "torn last line (no line end)",
+                                 table.torn))
+        refused_file = path.with_name(path.name + ".refused")
+        if moved:
+            with open(refused_file, "a", encoding="utf-8") as f:
+                for ref in sorted(moved, key=lambda r: r.line):
+                    f.write(f"# line {ref.line}: {ref.why}\n{ref.text}\n")
+            write_rows(path, keep)
+    return {"kept": len(keep), "moved": [(r.line, r.why) for r in sorted(moved, key=lambda r: r.line)],
+            "refused_file": refused_file}
+
+
+# ---------------------------------------------------------------- one writer per table
+
+def _lock_path(csv_path: Path) -> Path:
+    return csv_path.with_name(csv_path.name + ".lock")
+
+
+def _holder(lock: Path) -> str:
+    """Who wrote the lock file (pid, host, start, command), for the message a second writer sees."""
+    try:
+        rec = json.loads(lock.read_text() or "{}")
+    except (OSError, ValueError):
+        rec = {}
+    if not rec:
+        return "a sharded run reading it, or a merge"
+    return f"pid {rec.get('pid')} on {rec.get('host')} since {rec.get('since')}: {rec.get('command')}"
+
+
+@contextlib.contextmanager
+def table_lock(csv_path: str | os.PathLike, shared: bool = False):
+    """Hold `<table>.lock` while writing (or, shared, reading) a results table; raise TableBusy at once if
+    another process holds it (exclusive against any holder; shared against an exclusive one). Shards of one
+    run read the merged table with shared locks while each writes its own shard file under an exclusive lock.
+
+    An flock (released by the kernel however the holder dies, so a killed run leaves no stale lock). The lock
+    file is removed by its last holder; an acquirer checks that the file it locked is still the one at the path,
+    so a lock taken on a file removed meanwhile is retried."""
+    import fcntl
+    csv_path = Path(csv_path)
+    lock = _lock_path(csv_path)
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise TableBusy(f"{csv_path} has another writer ({_holder(lock)}); nothing was done. Wait for it "
+                            "to end (or stop it), then run the same command again; or write elsewhere "
+                            "(results_dir=...)") from None
+        try:
+            same = os.stat(lock).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        if not shared:
+            import sys
+            argv = getattr(sys, "orig_argv", sys.argv)
+            command = " ".join([Path(argv[0]).name, *argv[1:]]) if argv else "?"
+            info = {"pid": os.getpid(), "host": platform.node(), "command": command,
+                    "since": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, json.dumps(info).encode(), 0)
+        yield lock
+    finally:
+        try:
+            if shared:      # the last shared holder removes the file; another holder keeps it
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            os.unlink(lock)
+        except (BlockingIOError, FileNotFoundError):
+            pass
+        os.close(fd)
 
 
 def git_commit() -> str:
@@ -120,25 +482,45 @@ def source_digest_at(commit: str, root: str | os.PathLike = _ROOT) -> str:
     return _digest((f, git("show", f"{commit}:{f}")) for f in files)
 
 
-def verify_env(path: str | os.PathLike, root: str | os.PathLike = _ROOT) -> tuple[bool | None, str]:
-    """(True / False / None, message): does env record `path`'s source_sha256 match its git_commit's sources?
-    None when the record predates the digest or names no usable commit."""
-    rec = json.loads(Path(path).read_text())
+VERDICTS = ("ok", "side", "unchecked", "MISMATCH", "UNREADABLE", "ORPHAN")
+
+
+def verify_env(path: str | os.PathLike, root: str | os.PathLike = _ROOT) -> tuple[str, str]:
+    """(verdict, message) for one file of results/env/:
+    ok          an env record whose source_sha256 matches the sources of its git_commit
+    MISMATCH    it does not (a mistyped ONELA_GIT_COMMIT, or uncommitted changes)
+    unchecked   it cannot be checked here: no source_sha256 (written before the digest existed), or a
+                git_commit this clone does not hold (unknown, fake, or removed from history)
+    side        a run's side file (RUN.wall.json, RUN.traffic.json) beside its run's env record RUN.json
+    ORPHAN      a side file with no env record beside it
+    UNREADABLE  not a JSON object (missing, empty -- as a full disk leaves it --, or cut short)"""
+    path = Path(path)
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        return "UNREADABLE", f"{type(e).__name__}: {' '.join(str(e).split())[:160]}"
+    if not isinstance(rec, dict):
+        return "UNREADABLE", f"a JSON {type(rec).__name__}, not an object"
+    if path.name.count(".") > 1 and "git_commit" not in rec:      # RUN.wall.json, RUN.traffic.json
+        run = path.name.split(".", 1)[0]
+        if (path.parent / f"{run}.json").is_file():
+            return "side", f"a side file of {run}.json, which carries the commit (checked on its own)"
+        return "ORPHAN", f"a side file whose env record {run}.json is not beside it"
     commit, digest = str(rec.get("git_commit", "")).split("+")[0], rec.get("source_sha256")
-    if Path(path).name.count(".") > 1 and "git_commit" not in rec:      # RUN.wall.json, RUN.traffic.json
-        return None, "a side file of its run's env record, which carries the commit"
     if not digest:
-        return None, "no source_sha256 (an env record written before the digest existed)"
+        return "unchecked", "no source_sha256 (an env record written before the digest existed)"
     if not commit or commit == "unknown":
-        return None, f"git_commit {rec.get('git_commit')!r} names no commit"
+        return "unchecked", f"git_commit {rec.get('git_commit')!r} names no commit"
     try:
         want = source_digest_at(commit, root)
     except (OSError, subprocess.SubprocessError) as e:
-        return None, f"cannot read commit {commit!r} here: {' '.join(str(e).split())[:120]}"
+        err = getattr(e, "stderr", b"") or b""
+        why = err.decode(errors="replace") if isinstance(err, bytes) else str(err)
+        return "unchecked", f"commit {commit!r} is not in this clone: {' '.join((why or str(e)).split())[:120]}"
     if want == digest:
-        return True, f"sources match {commit[:12]}"
-    return False, (f"sources do NOT match git_commit {commit[:12]}: the run's code differs from that commit "
-                   f"(a mistyped ONELA_GIT_COMMIT, or uncommitted changes)")
+        return "ok", f"sources match {commit[:12]}"
+    return "MISMATCH", (f"sources do NOT match git_commit {commit[:12]}: the run's code differs from that commit "
+                        "(a mistyped ONELA_GIT_COMMIT, or uncommitted changes)")
 
 
 def _version(mod: str) -> str:
@@ -185,18 +567,55 @@ def write_env(path: str | os.PathLike, extra: dict | None = None) -> dict:
     return rec
 
 
+USAGE = """usage:
+  python -m artifact.results verify [--allow-unchecked] ENV.json [ENV.json ...]
+      check each env record's sources against its commit; exit 0 when every file is ok (or a side file beside
+      its record, or, with --allow-unchecked, a record that cannot be checked here), 1 otherwise
+  python -m artifact.results repair TABLE.csv [TABLE.csv ...]
+      move a results table's refused lines (and a torn last line) to TABLE.csv.refused, keep its valid rows"""
+
+
 def main(argv: list[str] | None = None) -> int:
-    """`python -m artifact.results verify ENV.json [...]`: check each env record's sources against its commit."""
+    """`python -m artifact.results verify|repair ...` (USAGE). Exit 0 / 1 as USAGE says; 2 on bad usage."""
     import sys
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) < 2 or argv[0] != "verify":
-        print("usage: python -m artifact.results verify ENV.json [ENV.json ...]", file=sys.stderr)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    cmd, args = (argv[0], argv[1:]) if argv else ("", [])
+    flags = [a for a in args if a.startswith("-")]
+    files = [a for a in args if not a.startswith("-")]
+    allowed = {"verify": {"--allow-unchecked"}, "repair": set()}
+    if cmd not in allowed or not files or set(flags) - allowed[cmd]:
+        why = (f"unknown command {cmd!r}" if cmd not in allowed else "no file given" if not files
+               else f"unknown option(s) {sorted(set(flags) - allowed[cmd])}")
+        print(f"{why}\n{USAGE}", file=sys.stderr)
         return 2
-    bad = 0
-    for p in argv[1:]:
-        ok, msg = verify_env(p)
-        bad += ok is False
-        print(f"{'ok' if ok else 'MISMATCH' if ok is False else 'unchecked'}  {p}: {msg}")
+    if cmd == "repair":
+        code = 0
+        for f in files:
+            try:
+                done = repair_table(f)
+            except ResultsFileError as e:
+                print(f"[repair] {e}", file=sys.stderr)
+                code = 1
+                continue
+            if not done["moved"]:
+                print(f"[repair] {f}: every line is a valid row ({done['kept']}); nothing to repair")
+                continue
+            print(f"[repair] {f}: kept {done['kept']} row(s); moved {len(done['moved'])} line(s) to "
+                  f"{done['refused_file']}; run the suite again to measure their cells:")
+            for line, why in done["moved"]:
+                print(f"  line {line}: {why}")
+        return code
+    allow = "--allow-unchecked" in flags
+    counts = dict.fromkeys(VERDICTS, 0)
+    for f in files:
+        verdict, msg = verify_env(f)
+        counts[verdict] += 1
+        print(f"{verdict}  {f}: {msg}")
+    failing = ("MISMATCH", "UNREADABLE", "ORPHAN") + (() if allow else ("unchecked",))
+    bad = sum(counts[v] for v in failing)
+    print(f"[verify] {len(files)} file(s): " + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+          + ("" if not counts["unchecked"] else " (allowed by --allow-unchecked)" if allow else
+             "; an unchecked record fails: pass --allow-unchecked to accept records that cannot be checked here"))
     return 1 if bad else 0
 
 

@@ -348,12 +348,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--python-tag", default="cp312", help="preferred wheel build when several are present")
     ap.add_argument("--only", nargs="*", help="requirements to pack (default: every adapter's)")
     args = ap.parse_args(argv)
+    if not args.wheels.is_dir():
+        ap.error(f"--wheels {args.wheels}: no such folder (download the official wheels into it first)")
     specs = collect_specs()
     if args.only:
-        wanted = {f"{_norm(d)}=={v}" for d, v in map(parse_requirement, args.only)}
+        try:
+            wanted = {f"{_norm(d)}=={v}" for d, v in map(parse_requirement, args.only)}
+        except ValueError as e:
+            ap.error(f"--only: {e}")
         unknown = wanted - set(specs)
         if unknown:
-            raise SystemExit(f"--only: no adapter declares {sorted(unknown)}; declared: {sorted(specs)}")
+            ap.error(f"--only: no adapter declares {sorted(unknown)}; declared: {sorted(specs)}")
         specs = {k: v for k, v in specs.items() if k in wanted}
     man = build_pack(args.wheels, args.out, specs, args.python_tag)
     for fw in man["frameworks"]:

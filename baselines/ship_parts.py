@@ -148,6 +148,13 @@ def main(argv: list[str] | None = None) -> int:
     rp.add_argument("--install", type=Path, metavar="TARGET", help="pip --target folder, once all parts are in")
     args = ap.parse_args(argv)
     if args.cmd == "split":
+        if not args.part_mib > 0 or not args.call_mib >= args.part_mib:
+            ap.error(f"need 0 < --part-mib <= --call-mib, got {args.part_mib} and {args.call_mib}")
+        if not args.wheels.is_dir():
+            ap.error(f"--wheels {args.wheels}: no such folder")
+    elif not args.src.is_dir():
+        ap.error(f"--from {args.src}: no such folder")
+    if args.cmd == "split":
         from baselines.pack import find_wheel     # here only: the GPU side needs nothing but the stdlib
         reqs = collect_ship_wheels(Path(__file__).resolve().parent)
         if not reqs:

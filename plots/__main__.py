@@ -22,6 +22,8 @@ def main(argv: list[str] | None = None) -> list[Path]:
     ap.add_argument("--report", default=None, help="report path (default: <results>/REPORT.md)")
     args = ap.parse_args(argv)
     root = Path(args.results)
+    if not root.is_dir():
+        ap.error(f"--results {root}: no such folder")
     out = Path(args.out) if args.out else root / "figures"
     t0 = time.perf_counter()
     setup()

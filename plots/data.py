@@ -1,12 +1,14 @@
 """Reading results/ and pairing cells: the only code between the CSVs and every figure or ratio.
 
 Rules (docs/design.md §5-6): only `status == ok` rows with a finite, positive metric feed a ratio, and a pair needs
-both paths ok on the same shape, joined on SHAPE_KEY (never on suite or path). Missing files are empty
-tables, not errors: the figures then say "no data yet" and REPORT.md says "not measured yet".
+both paths ok on the same shape, joined on SHAPE_KEY (never on suite or path). Missing, empty and header-only
+files are empty tables, not errors: the figures then say "no data yet" and REPORT.md says "not measured yet".
+Every table is read by artifact.results.read_table, the reader the sweeps use: a line that is not a valid row
+(or a torn last line, or a file of another schema) is never drawn, and is named -- file and line, with the
+repair command -- on stderr and in REPORT.md (`Results.notes`).
 """
 from __future__ import annotations
 
-import io
 import json
 import math
 import sys
@@ -16,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from artifact.results import COLUMNS, STATUSES
+from artifact.results import COLUMNS, PROVENANCE, ResultsFileError, read_table, repair_command
 
 SUITES = ("operator", "recurrent_path", "traffic", "full_model", "smoke")
 SHAPE_KEY = ("geometry", "R", "W", "T", "prompt_len", "lineage", "seed")
@@ -39,25 +41,33 @@ def _key_part(raw: str) -> str:
     return str(int(x)) if math.isfinite(x) and x == int(x) else raw
 
 
-def read_csv(path: Path) -> pd.DataFrame:
-    """One results CSV; a torn last line (a killed sweep) and rows with an unknown status are dropped."""
-    text = path.read_text()
-    if text and not text.endswith("\n"):
-        text = text[: text.rfind("\n") + 1]
-        _note(f"{path}: dropped a torn last line")
-    if not text.strip():
-        return pd.DataFrame(columns=COLUMNS)
-    df = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
-    missing = [c for c in COLUMNS if c not in df.columns]
-    if missing:
-        _note(f"{path}: columns {missing} absent; read as empty")
-        for c in missing:
-            df[c] = ""
-    bad = ~df["status"].isin(STATUSES)
-    if bad.any():
-        _note(f"{path}: dropped {int(bad.sum())} rows whose status is not one of {STATUSES}")
-        df = df[~bad]
-    return df.reset_index(drop=True)
+def _say(notes: list[str] | None, msg: str) -> None:
+    _note(msg)
+    if notes is not None:
+        notes.append(msg)
+
+
+def read_csv(path: Path, notes: list[str] | None = None) -> pd.DataFrame:
+    """One results CSV's valid rows (all text, in COLUMNS, plus `source`: '<file> line <n>'). Refused lines, a
+    torn last line and a file of another schema are left out and named in `notes` (and on stderr)."""
+    path = Path(path)
+    try:
+        table = read_table(path)
+    except ResultsFileError as e:
+        _say(notes, f"{e} -- not drawn")
+        table = None
+    if table is not None:
+        for msg in table.problems():
+            _say(notes, f"{msg} -- not drawn")
+        if table.refused:
+            _say(notes, f"{path}: repair with `{repair_command(path)}`")
+        if table.torn is not None:
+            _say(notes, f"{path}: left out its torn last line (a killed run's; the next run of the suite cuts it "
+                        f"and measures the cell): {table.torn[:80]!r}")
+    rows = table.rows if table is not None else []
+    df = pd.DataFrame(rows, columns=COLUMNS, dtype=str) if rows else pd.DataFrame(columns=COLUMNS, dtype=str)
+    df["source"] = [f"{path.name} line {n}" for n in table.lines] if rows else pd.Series(dtype=str)
+    return df
 
 
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
@@ -74,19 +84,27 @@ def _typed(df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def load_suite(results_dir: str | Path, suite: str) -> pd.DataFrame:
-    """results/<suite>.csv plus any shards results/<suite>.*.csv; one row per cell (the last one written)."""
+def load_suite(results_dir: str | Path, suite: str, notes: list[str] | None = None) -> pd.DataFrame:
+    """results/<suite>.csv plus any shards results/<suite>.*.csv; one row per cell. A cell in several files
+    (a shard and the merged table) is drawn once; if the files disagree on it, the first file's row is drawn
+    (the merged table's) and the disagreement is named in `notes`."""
     results_dir = Path(results_dir)
     files = [results_dir / f"{suite}.csv"] + sorted(results_dir.glob(f"{suite}.*.csv"))
-    frames = [read_csv(f) for f in files if f.is_file()]
+    frames = [df for f in files if f.is_file() and len(df := read_csv(f, notes))]
     if not frames:
-        return _typed(pd.DataFrame(columns=COLUMNS))
+        return _typed(pd.DataFrame(columns=[*COLUMNS, "source"], dtype=str))
     df = pd.concat(frames, ignore_index=True)
-    ident = df["config_hash"].where(df["config_hash"] != "",
-                                    df[["suite", "path", *SHAPE_KEY]].astype(str).agg("|".join, axis=1))
-    dup = ident.duplicated(keep="last")
+    dup = df["config_hash"].duplicated(keep="first")
     if dup.any():
-        _note(f"{suite}: {int(dup.sum())} repeated cells; keeping the last row written for each")
+        first = df[~dup].set_index("config_hash")
+        values = [c for c in COLUMNS if c not in PROVENANCE]
+        for _, r in df[dup].iterrows():
+            kept = first.loc[r["config_hash"]]
+            diff = [c for c in values if c != "config_hash" and kept[c] != r[c]]
+            if diff:
+                _say(notes, f"{suite}: config_hash {r['config_hash']} differs between {kept['source']} and "
+                            f"{r['source']} in {diff}; drawing the first (settle it with `python -m sweeps.merge "
+                            f"suite={suite}`, which refuses the conflict and names it)")
         df = df[~dup]
     return _typed(df.reset_index(drop=True))
 
@@ -98,6 +116,7 @@ class Results:
     root: Path
     suites: dict[str, pd.DataFrame]
     env: dict[str, dict] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)     # what was read but not drawn, and why
 
     def __getitem__(self, suite: str) -> pd.DataFrame:
         return self.suites[suite]
@@ -109,16 +128,22 @@ class Results:
 
 def load_results(results_dir: str | Path = "results") -> Results:
     root = Path(results_dir)
-    suites = {s: load_suite(root, s) for s in SUITES}
+    notes: list[str] = []
+    suites = {s: load_suite(root, s, notes) for s in SUITES}
     env = {}
     for f in sorted((root / "env").glob("*.json")):
         if "." in f.stem:                  # a side file (<run_id>.traffic.json, .wall.json), not an env record
             continue
         try:
-            env[f.stem] = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            _note(f"{f}: unreadable env record ({e})")
-    return Results(root, suites, env)
+            rec = json.loads(f.read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            _say(notes, f"{f}: unreadable env record ({type(e).__name__}: {e})")
+            continue
+        if isinstance(rec, dict):
+            env[f.stem] = rec
+        else:
+            _say(notes, f"{f}: unreadable env record (a JSON {type(rec).__name__}, not an object)")
+    return Results(root, suites, env, notes)
 
 
 def _ok_rows(df: pd.DataFrame, path: str, metric: str) -> pd.DataFrame:

@@ -1,7 +1,9 @@
 """Our counterpart of every paper number (plots/paper.py), computed from results/ only.
 
-Each measure takes the loaded Results and returns a Measured (NaN value = not measured yet) with a note on
-what fed it. Ratios come only from `data.paired_ratio` (both sides ok on the same shape).
+Each measure takes the loaded Results and returns a Measured with a note on what fed it. A NaN value is either
+"not measured yet" (no row of the cells it reads) or, with `missing` set, rows that exist but give no value
+(e.g. OneLA failed there): the note then counts each path's rows by status. Ratios come only from
+`data.paired_ratio` (both sides ok on the same shape).
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from plots.style import MIB, REFERENCE_PATHS, display_name, ordered
 class Measured:
     value: float
     note: str = ""
+    missing: str = ""    # value NaN although rows exist: "failed", "skipped" or "no ok pair" (the note says more)
 
     @property
     def measured(self) -> bool:
@@ -26,6 +29,22 @@ class Measured:
 
 
 NOT_YET = Measured(math.nan)
+
+
+def missing(df: pd.DataFrame, *paths: str) -> Measured:
+    """No value from `df` (the rows a measure reads): NOT_YET if none of `paths` has a row there, else why not --
+    each path's rows counted by status ("OneLA 2 failed, 1 ok; vLLM FullState 3 ok")."""
+    parts, statuses = [], set()
+    for p in dict.fromkeys(paths):
+        rows = df[df["path"] == p]
+        counts = rows["status"].value_counts()
+        statuses |= set(counts.index)
+        parts.append(f"{display_name(p)} " + (", ".join(f"{int(counts[s])} {s}" for s in ("ok", "failed", "skipped")
+                                                       if s in counts) or "no row"))
+    if not statuses:
+        return NOT_YET
+    word = "failed" if "failed" in statuses else "skipped" if "skipped" in statuses else "no ok pair"
+    return Measured(math.nan, "no value from these rows: " + "; ".join(parts), word)
 
 
 def baselines_in(df: pd.DataFrame) -> list[str]:
@@ -50,9 +69,9 @@ def fig6_controlled_vs_vllm_pct(res: Results) -> pd.Series:
     return (paired_ratio(fig6_table(res), "controlled_fullstate", "vllm_fullstate") - 1).abs() * 100
 
 
-def _extreme(s: pd.Series, fn: str, what: str) -> Measured:
+def _extreme(s: pd.Series, fn: str, what: str, none: Measured = NOT_YET) -> Measured:
     if not len(s):
-        return NOT_YET
+        return none
     return Measured(float(getattr(s, fn)()), f"{fn} over {len(s)} paired {what}")
 
 
@@ -66,12 +85,15 @@ def fig7_ratios(res: Results, metric: str) -> dict[str, pd.Series]:
 
 def _median_speedup(res: Results, baseline: str) -> Measured:
     r = fig7_ratios(res, "latency_ms").get(baseline)
-    return NOT_YET if r is None else Measured(float(r.median()), f"median over {len(r)} paired shapes")
+    if r is None:
+        return missing(res["operator"], "onela", baseline)
+    return Measured(float(r.median()), f"median over {len(r)} paired shapes")
 
 
 def _largest_qwen_latency(res: Results, O: int) -> Measured:
     v, n = median_ok(res["operator"], "onela", "latency_ms", O=O, **paper.FIG7_LARGEST_QWEN)
-    return Measured(v, f"{n} cell(s)") if n else NOT_YET
+    return Measured(v, f"{n} cell(s)") if n else missing(select(res["operator"], O=O, **paper.FIG7_LARGEST_QWEN),
+                                                         "onela")
 
 
 def _largest_qwen_speedups(res: Results) -> dict[str, pd.Series]:
@@ -84,7 +106,8 @@ def _largest_qwen_speedups(res: Results) -> dict[str, pd.Series]:
 def _largest_qwen_extreme(res: Results, fn: str) -> Measured:
     per = _largest_qwen_speedups(res)
     if not per:
-        return NOT_YET
+        df = select(res["operator"], **paper.FIG7_LARGEST_QWEN)
+        return missing(df[df["O"].isin([3, 7])], "onela", *paper.FIG7_BASELINES)
     best = {b: float(getattr(r, fn)()) for b, r in per.items()}
     b = (min if fn == "min" else max)(best, key=best.get)
     return Measured(best[b], f"{fn} over {len(per)} baselines at O=3/7; {display_name(b)}")
@@ -103,7 +126,7 @@ def _max_abs_err(res: Results) -> Measured:
 def _max_median_capacity(res: Results) -> Measured:
     med = {b: float(r.median()) for b, r in fig7_ratios(res, "persistent_bytes").items() if b in paper.FIG7_BASELINES}
     if not med:
-        return NOT_YET
+        return missing(res["operator"], "onela", *paper.FIG7_BASELINES)
     b = max(med, key=med.get)
     return Measured(med[b], f"largest of {len(med)} baseline medians: {display_name(b)}")
 
@@ -120,22 +143,33 @@ def fig8_table(res: Results, metric: str) -> pd.DataFrame:
 
 def fig8_value(res: Results, path: str, metric: str, O: int, scale: float = 1.0) -> Measured:
     v, n = median_ok(fig8_table(res, metric), path, metric, O=O)
-    return Measured(v / scale, f"{n} cell(s)" if n > 1 else "") if n else NOT_YET
+    if not n:
+        df = fig8_table(res, metric)
+        return missing(df[df["O"] == O], path)
+    return Measured(v / scale, f"{n} cell(s)" if n > 1 else "")
 
 
 def fig8_ratio(res: Results, num: str, den: str, metric: str, O: int) -> Measured:
     df = fig8_table(res, metric)
     r = paired_ratio(df[df["O"] == O], num, den, metric)
-    return Measured(float(r.median()), f"median of {len(r)} pairs" if len(r) > 1 else "") if len(r) else NOT_YET
+    if not len(r):
+        return missing(df[df["O"] == O], num, den)
+    return Measured(float(r.median()), f"median of {len(r)} pairs" if len(r) > 1 else "")
 
 
 def measures() -> dict:
     """paper key -> function(Results) -> Measured. Every key of paper.NUMBERS has one (a test checks)."""
     m = {
-        "fig6.speedup_vs_controlled.min": lambda r: _extreme(fig6_speedups(r), "min", "(prompt, O) cells"),
-        "fig6.speedup_vs_controlled.max": lambda r: _extreme(fig6_speedups(r), "max", "(prompt, O) cells"),
-        "fig6.controlled_vs_vllm.min": lambda r: _extreme(fig6_controlled_vs_vllm_pct(r), "min", "(prompt, O) cells"),
-        "fig6.controlled_vs_vllm.max": lambda r: _extreme(fig6_controlled_vs_vllm_pct(r), "max", "(prompt, O) cells"),
+        "fig6.speedup_vs_controlled.min": lambda r: _extreme(fig6_speedups(r), "min", "(prompt, O) cells",
+                                                             missing(fig6_table(r), "controlled_fullstate", "onela")),
+        "fig6.speedup_vs_controlled.max": lambda r: _extreme(fig6_speedups(r), "max", "(prompt, O) cells",
+                                                             missing(fig6_table(r), "controlled_fullstate", "onela")),
+        "fig6.controlled_vs_vllm.min": lambda r: _extreme(
+            fig6_controlled_vs_vllm_pct(r), "min", "(prompt, O) cells",
+            missing(fig6_table(r), "controlled_fullstate", "vllm_fullstate")),
+        "fig6.controlled_vs_vllm.max": lambda r: _extreme(
+            fig6_controlled_vs_vllm_pct(r), "max", "(prompt, O) cells",
+            missing(fig6_table(r), "controlled_fullstate", "vllm_fullstate")),
         "fig7a.onela_largest_qwen.O3": lambda r: _largest_qwen_latency(r, 3),
         "fig7a.onela_largest_qwen.O7": lambda r: _largest_qwen_latency(r, 7),
         "fig7a.speedup_largest_qwen.min": lambda r: _largest_qwen_extreme(r, "min"),

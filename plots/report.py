@@ -45,7 +45,8 @@ def paper_vs_ours(res: Results) -> list[str]:
         ours = m[n.key](res)
         ratio = f"{ours.value / n.value:.2f}" if ours.measured and math.isfinite(ours.value) else "—"
         quantity = n.quantity + ("" if n.in_design else " †")
-        rows.append([n.where, quantity, n.text + UNIT[n.unit], fmt(ours.value, n.unit), ratio,
+        value = f"none: {ours.missing}" if not ours.measured and ours.missing else fmt(ours.value, n.unit)
+        rows.append([n.where, quantity, n.text + UNIT[n.unit], value, ratio,
                      f"{n.source}" + (f"; ours: {ours.note}" if ours.note else "")])
     return _table(["where", "quantity", "paper", "ours", "ours/paper", "source; how ours was computed"], rows)
 
@@ -56,7 +57,12 @@ def inputs(res: Results) -> list[str]:
         df = res[s]
         counts = df["status"].value_counts()
         rows.append([s, len(df), *(int(counts.get(k, 0)) for k in ("ok", "skipped", "failed"))])
-    return _table(["suite (results/<suite>.csv)", "rows", "ok", "skipped", "failed"], rows)
+    out = _table(["suite (results/<suite>.csv)", "rows", "ok", "skipped", "failed"], rows)
+    if res.notes:
+        out += ["", f"**Read but not drawn ({len(res.notes)})**: lines that are not valid rows, torn lines, "
+                    "conflicting copies of a cell, unreadable env records."]
+        out += [f"- {_cell(n)}" for n in res.notes]
+    return out
 
 
 def _frameworks(rec: dict) -> str:

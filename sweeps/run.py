@@ -1,15 +1,21 @@
 """The one entry point of every experiment: `python -m sweeps.run suite=<name> [overrides]` (sweeps/README.md).
 
-One run: validate the config -> enumerate this shard's cells -> drop those already recorded (resume) ->
-write the env record results/env/<run_id>.json (with the GPU's ceilings, measured once) -> hand the
-remaining cells to the suite's runner and append each row it yields, flushed, as it comes -> print a
-summary. Exit status: 0 all recorded cells ok or skipped; 1 a cell failed (this run or recorded earlier),
-the runner crashed or could not be loaded; 2 a bad config; 75 stopped by `budget_min` with cells left
-(re-run the same command to continue). Under -m (multirun) a job with failures raises instead, so Hydra
-runs every job and still exits non-zero.
+One run: validate the config -> take the lock of its results table (one writer per table) -> check every
+recorded line (artifact.results.read_table) -> enumerate this shard's cells -> drop those already recorded at
+this tolerance (resume; rows recorded at another tolerance are run again) -> write the env record
+results/env/<run_id>.json (with the GPU's ceilings, measured once) -> hand the remaining cells to the suite's
+runner and append each row it yields, flushed, as it comes -> print a summary.
+
+Exit status: 0 all recorded cells ok or skipped; 1 a cell failed (this run or recorded earlier), the runner
+crashed or could not be loaded, or the results table holds lines that are not valid rows (named, with the
+repair command); 2 a bad config or usage (also a config Hydra cannot compose); 73 another run is writing the
+same results table (nothing was done); 75 stopped by `budget_min` with cells left (re-run the same command to
+continue). Under -m (multirun) a job with failures, a bad config or a busy table raises instead, so Hydra runs
+every job and still exits non-zero.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import json
 import os
@@ -24,13 +30,13 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import sweeps.schema  # noqa: F401 - registers the schemas and generated groups with the ConfigStore
-from artifact.results import append_row, git_commit, write_env
+from artifact.results import append_row, check_row, git_commit, read_table, table_lock, write_env
 from sweeps.context import RunContext, one_line, shape_label
 from sweeps.runners import RunnerUnavailable, load_runner
 from sweeps.spec import ConfigError, SweepSpec, results_dir_of, shard_cells, validate
-from sweeps.tables import ResultsFileError, check_header, drop_rows, read_rows, repair_tail
+from sweeps.tables import ResultsFileError, TableBusy, drop_rows, repair_tail, write_rows
 
-EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INCOMPLETE = 0, 1, 2, 75
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_BUSY, EXIT_INCOMPLETE = 0, 1, 2, 73, 75
 # Test hook (tests/test_sweeps.py): SIGKILL this process right after the N-th row of the run is written.
 KILL_AFTER_ENV = "ONELA_SWEEP_KILL_AFTER"
 
@@ -108,9 +114,15 @@ def _new_run_id(spec: SweepSpec) -> str:
 
 
 def _recorded(spec: SweepSpec, out_csv: Path, results_dir: Path) -> dict[str, dict]:
-    """Rows already recorded for this suite: this run's file, and the merged file when sharded."""
+    """Rows already recorded for this suite: this run's file, and the merged file when sharded. Every line must
+    be a valid row (ResultsFileError naming the rest, with the repair command)."""
     files = [out_csv] + ([results_dir / f"{spec.suite}.csv"] if spec.sharded else [])
-    return {r["config_hash"]: r for p in files for r in read_rows(p)}
+    return {r["config_hash"]: r for p in files for r in read_table(p).whole()}
+
+
+def _other_tolerance(rows, selected: set[str], tolerance: float) -> list[dict]:
+    """The rows of selected cells gated at a tolerance other than this run's."""
+    return [r for r in rows if r["config_hash"] in selected and float(r["tolerance"]) != tolerance]
 
 
 def run_sweep(cfg: DictConfig) -> int:
@@ -123,20 +135,52 @@ def run_sweep(cfg: DictConfig) -> int:
         return EXIT_CONFIG
     results_dir = results_dir_of(cfg, device.type)
     out_csv = spec.csv_path(results_dir)
+    try:
+        with contextlib.ExitStack() as locks:
+            # Before anything reads or repairs the table: a second writer's torn-tail repair would cut the
+            # first writer's line in the middle of its write.
+            locks.enter_context(table_lock(out_csv))
+            if spec.sharded:          # the shards read the merged table: no merge may rewrite it meanwhile
+                locks.enter_context(table_lock(results_dir / f"{spec.suite}.csv", shared=True))
+            return _run_locked(cfg, spec, device, results_dir, out_csv)
+    except TableBusy as e:
+        print(f"[sweeps] {e}", file=sys.stderr)
+        return EXIT_BUSY
+
+
+def _run_locked(cfg, spec: SweepSpec, device, results_dir: Path, out_csv: Path) -> int:
     if repair_tail(out_csv):
         print(f"[sweeps] {out_csv}: cut a torn last line left by a killed run", file=sys.stderr)
+    cells = shard_cells(spec, device)
+    selected = {c["config_hash"] for c in cells}
     try:
-        check_header(out_csv)
+        own = read_table(out_csv).whole()
+        if cfg.redo:
+            n = drop_rows(out_csv, selected, tuple(cfg.redo))
+            print(f"[sweeps] redo={list(cfg.redo)}: removed {n} recorded row(s) to run them again")
+            own = read_table(out_csv).whole()
+        regate = _other_tolerance(own, selected, spec.tolerance)
+        if regate:
+            # The tolerance is not in config_hash (committed rows keep their hash): a row gated at another
+            # tolerance is not this cell's answer, so it is measured again, never skipped as recorded.
+            was = sorted({r["tolerance"] for r in regate})
+            gone = {r["config_hash"] for r in regate}
+            write_rows(out_csv, [r for r in own if r["config_hash"] not in gone])
+            print(f"[sweeps] tolerance={spec.tolerance:g}: {len(regate)} recorded row(s) of the selected cells "
+                  f"were gated at tolerance {', '.join(was)}; removed them, running those cells again at "
+                  f"{spec.tolerance:g}", file=sys.stderr)
+        recorded = _recorded(spec, out_csv, results_dir)
     except ResultsFileError as e:
         print(f"[sweeps] {e}", file=sys.stderr)
         return EXIT_FAILED
-
-    cells = shard_cells(spec, device)
-    selected = {c["config_hash"] for c in cells}
-    if cfg.redo:
-        n = drop_rows(out_csv, selected, tuple(cfg.redo))
-        print(f"[sweeps] redo={list(cfg.redo)}: removed {n} recorded row(s) to run them again")
-    recorded = _recorded(spec, out_csv, results_dir)
+    if spec.sharded:
+        elsewhere = _other_tolerance(recorded.values(), selected, spec.tolerance)
+        if elsewhere:
+            print(f"[sweeps] bad config: config key tolerance={spec.tolerance!r}: "
+                  f"{results_dir / (spec.suite + '.csv')} records {len(elsewhere)} of this shard's cells at "
+                  f"tolerance {', '.join(sorted({r['tolerance'] for r in elsewhere}))}; a shard does not rewrite "
+                  "the merged table: run them again unsharded, or keep that tolerance", file=sys.stderr)
+            return EXIT_CONFIG
     pending = [c for c in cells if c["config_hash"] not in recorded]
     print(f"[sweeps] suite={spec.suite} shard={spec.shard_index}/{spec.shard_count} device={device}: "
           f"{len(cells)} cells, {len(cells) - len(pending)} already recorded, {len(pending)} to run -> {out_csv}")
@@ -221,6 +265,10 @@ def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path):
             if changed:
                 raise RuntimeError(f"runner changed the defining fields {changed} of cell {h}")
             row["reason"] = one_line(row.get("reason", ""))
+            problems = check_row(row)
+            if problems:          # a row that would not read back is recorded as this cell's failure
+                row = {**cell, "status": "failed",
+                       "reason": one_line(f"the runner yielded an invalid row: {'; '.join(problems)}")}
             append_row(out_csv, row)
             new_rows[h] = row
             now = time.monotonic()
@@ -293,13 +341,57 @@ def _summary(spec: SweepSpec, cells: list[dict], recorded: dict, new_rows: dict,
 def main(cfg: DictConfig) -> int:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
+    _TASK_STARTED.append(True)
     code = run_sweep(cfg)
     if HydraConfig.get().mode == RunMode.MULTIRUN:
-        if code in (EXIT_FAILED, EXIT_CONFIG):
+        if code in (EXIT_FAILED, EXIT_CONFIG, EXIT_BUSY):
             raise SweepFailed(f"suite {cfg.suite.name} shard {cfg.shard.index}/{cfg.shard.count}: exit {code}")
         return code
     sys.exit(code)
 
 
+_TASK_STARTED: list[bool] = []
+
+
+def _is_config_error(e: BaseException) -> bool:
+    from hydra.errors import (ConfigCompositionException, MissingConfigException, OverrideParseException,
+                              SearchPathException)
+    from omegaconf.errors import OmegaConfBaseException
+    return isinstance(e, (ConfigCompositionException, MissingConfigException, OverrideParseException,
+                          SearchPathException, OmegaConfBaseException))
+
+
+def cli() -> None:
+    """`python -m sweeps.run`: Hydra's main, with a config Hydra cannot compose (a misspelt key or option, a
+    wrong type, an unparsable override) exiting EXIT_CONFIG like every other config error. Hydra reports such
+    an error and exits 1 (hydra._internal.utils.run_and_report, called from two of its modules); an error of
+    Hydra's or OmegaConf's config types raised before the task starts becomes EXIT_CONFIG. A job's own failure
+    (a multirun's SweepFailed, from this or a launcher's worker process) keeps exit 1."""
+    import hydra._internal.hydra as hydra_core
+    import hydra._internal.utils as hydra_utils
+    report = hydra_utils.run_and_report
+
+    def run_and_report(func):
+        raised: list[BaseException] = []
+
+        def recorded():
+            try:
+                return func()
+            except Exception as e:
+                raised.append(e)
+                raise
+        try:
+            return report(recorded)
+        except SystemExit as e:
+            if e.code == 1 and raised and not _TASK_STARTED and _is_config_error(raised[0]):
+                raise SystemExit(EXIT_CONFIG) from None
+            raise
+    hydra_utils.run_and_report = hydra_core.run_and_report = run_and_report
+    try:
+        main()
+    finally:
+        hydra_utils.run_and_report = hydra_core.run_and_report = report
+
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -6,7 +6,11 @@ shard i of n takes the shapes whose index in that order is i mod n.
 """
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import math
 import re
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,8 +88,58 @@ def _int_list(cfg_list, key: str, minimum: int, allow_none: bool = False) -> lis
     return vals
 
 
+def _schema_of(name: str, hint):
+    """The dataclass a config node of field `name` (type `hint`) must follow; None where its keys are free."""
+    if dataclasses.is_dataclass(hint):
+        return hint
+    if hint is typing.Any:                       # a runner's settings section (sweeps.runners.RUNNER_SETTINGS)
+        from sweeps.runners import RUNNER_SETTINGS
+        if name in RUNNER_SETTINGS:
+            module, cls = RUNNER_SETTINGS[name].split(":")
+            try:
+                return getattr(importlib.import_module(module), cls)
+            except Exception:  # noqa: BLE001 - that suite then fails when its runner loads, naming the error
+                return None
+    return None
+
+
+def unknown_keys(node, schema, prefix: str = "") -> list[tuple[str, list[str]]]:
+    """Keys of `node` that its schema dataclass does not declare, as (dotted name, the keys its schema does
+    declare there), recursively; the values of a
+    Dict[str, <dataclass>] field follow that dataclass). Hydra's `+key=value` adds a key even to a structured
+    config, so composition alone does not refuse a misspelt one."""
+    hints = typing.get_type_hints(schema)
+    out = []
+    for key in node:
+        name = f"{prefix}{key}"
+        if key not in hints:
+            out.append((name, list(hints)))
+            continue
+        hint, value = hints[key], node[key]
+        if not isinstance(value, DictConfig):
+            continue
+        if typing.get_origin(hint) in (dict, typing.Dict):
+            sub = typing.get_args(hint)[1]
+            if dataclasses.is_dataclass(sub):
+                for k in value:
+                    if isinstance(value[k], DictConfig):
+                        out += unknown_keys(value[k], sub, f"{name}.{k}.")
+            continue
+        sub = _schema_of(key, hint)
+        if sub is not None:
+            out += unknown_keys(value, sub, f"{name}.")
+    return out
+
+
 def validate(cfg: DictConfig) -> SweepSpec:
     """Check every value a run depends on; raise ConfigError naming the first bad key."""
+    from sweeps.schema import SweepConfig
+    extra = unknown_keys(cfg, SweepConfig)
+    if extra:
+        key, known = extra[0]
+        parent = key.rsplit(".", 1)[0] if "." in key else "the config"
+        raise ConfigError(f"config key {key}: no schema knows this key (a '+' override adds a key unchecked; "
+                          f"misspelt?); the keys of {parent}: {', '.join(known)}")
     suite = cfg.suite.name
     if not isinstance(suite, str) or not re.fullmatch(r"[a-z][a-z0-9_]*", suite):
         raise _bad("suite.name", suite, "must be a lower-case identifier (it names results/<suite>.csv)")
@@ -118,8 +172,13 @@ def validate(cfg: DictConfig) -> SweepSpec:
         raise _bad("lineage", cfg.lineage, f"unknown lineage; known: {', '.join(LINEAGES)}")
     if cfg.seed < 0:
         raise _bad("seed", cfg.seed, "must be >= 0")
-    if not cfg.tolerance > 0:
-        raise _bad("tolerance", cfg.tolerance, "must be > 0")
+    if not (math.isfinite(cfg.tolerance) and cfg.tolerance > 0):
+        raise _bad("tolerance", cfg.tolerance, "must be a finite number > 0 (the correctness gate cannot be "
+                   "switched off)")
+    traffic = cfg.get("traffic")
+    if isinstance(traffic, DictConfig) and traffic.get("check") is False:
+        raise _bad("traffic.check", False, "the correctness gate cannot be switched off (an unchecked cell "
+                   "would be recorded ok without a max_abs_err)")
     for key in ("warmup_ms", "rep_ms"):
         if cfg.timer[key] < 1:
             raise _bad(f"timer.{key}", cfg.timer[key], "must be >= 1")

@@ -239,11 +239,13 @@ def test_bad_input_is_rejected_before_launch(device):
         st.step(0, wl.q[0].float(), wl.k[0], wl.v[0], wl.g[0], wl.beta[0], wl.parents[0], out)
     with pytest.raises(ValueError, match=r"v has shape \(2, 5, 4, 8\)"):
         st.step(0, wl.q[0], wl.k[0], wl.v[0][..., :8], wl.g[0], wl.beta[0], wl.parents[0], out)
+    st.step(0, wl.q[0], wl.k[0], wl.v[0], wl.g[0], wl.beta[0], wl.parents[0], out)
     bad = wl.parents[1].clone()
     bad[1, 2] = 5
     with pytest.raises(ValueError, match=r"parents out of range: values in \[0, 5\]"):
         st.step(1, wl.q[1], wl.k[1], wl.v[1], wl.g[1], wl.beta[1], bad, out)
-    with pytest.raises(ValueError, match="step t=2 out of range"):
+    st.step(1, wl.q[1], wl.k[1], wl.v[1], wl.g[1], wl.beta[1], wl.parents[1], out)   # a refused step is not taken
+    with pytest.raises(RuntimeError, match=r"step\(2\) after all T=2 steps since reset"):
         st.step(2, wl.q[1], wl.k[1], wl.v[1], wl.g[1], wl.beta[1], wl.parents[1], out)
     with pytest.raises(ValueError, match="s_ctx must be"):
         st.reset(wl.s_ctx.double())

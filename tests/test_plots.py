@@ -31,11 +31,12 @@ FAKE_LATENCY_FACTOR = {"vllm_fullstate": 40.0, "sglang_fullstate": 42.0, "vllm_r
 FULL_MODEL_PATHS = {"onela": 1.0, "controlled_fullstate": 2.0, "vllm_fullstate": 2.16, "vllm_replayssm": 2.5}
 
 
-def _row(suite, path, geo, R, W, T, prompt_len="", **measured):
+def _row(suite, path, geo, R, W, T, prompt_len=1024, **measured):
+    """A valid results row (artifact.results.row_problems): an ok row carries the error its gate compared."""
     hk, hv, k, v = FAKE_GEOMETRIES[geo]
     row = dict(suite=suite, path=path, geometry=geo, R=R, W=W, T=T, O=T + 1, HK=hk, HV=hv, K=k, V=v,
                prompt_len=prompt_len, lineage="beam", seed=0, status="ok", run_id="fake-run",
-               git_commit="fake")
+               git_commit="fake", max_abs_err=1e-4, tolerance=4.88e-4)
     row.update(measured)
     row["config_hash"] = config_hash(row)
     return row
@@ -224,7 +225,9 @@ def test_failed_and_skipped_cells_never_feed_a_ratio(tmp_path):
     assert paired_ratio(ops, "trtllm_fullstate").iloc[0] == pytest.approx(46.0)
     text = report.build(res)
     lines = text.splitlines()
-    assert report.NOT_MEASURED in next(ln for ln in lines if "median latency speedup over vLLM FullState" in ln)
+    vllm = next(ln for ln in lines if "median latency speedup over vLLM FullState" in ln)
+    assert "| none: failed |" in vllm and report.NOT_MEASURED not in vllm      # a failed cell is no "not yet"
+    assert "OneLA 1 ok, 1 failed, 1 skipped; vLLM FullState 2 ok, 1 failed" in vllm
     assert "| 46.0× |" in next(ln for ln in lines if "median latency speedup over TRT-LLM" in ln)
     assert "FAKE failed" in text and "FAKE skipped" in text and "Failed cells (2)" in text
 

@@ -44,24 +44,58 @@ def test_source_digest_names_the_commit_that_ran(repo):
 
 
 def test_verify_env_catches_a_mistyped_commit(repo, tmp_path):
-    """A record whose git_commit is another commit (as a mistyped ONELA_GIT_COMMIT gives) is a MISMATCH and
-    the command exits 1; the right commit verifies; an old record without a digest is reported unchecked."""
+    """A record whose git_commit is another commit (as a mistyped ONELA_GIT_COMMIT gives) is a MISMATCH; the right
+    commit verifies; an old record without a digest, or one naming a commit this clone lacks, is unchecked; a side
+    file is judged by its record's presence."""
     root, first, second = repo
     digest = source_digest(root)
     right, wrong, old = tmp_path / "right.json", tmp_path / "wrong.json", tmp_path / "old.json"
     right.write_text(json.dumps({"git_commit": second, "source_sha256": digest}))
     wrong.write_text(json.dumps({"git_commit": first, "source_sha256": digest}))
     old.write_text(json.dumps({"git_commit": second}))
-    assert verify_env(right, root)[0] is True
-    ok, msg = verify_env(wrong, root)
-    assert ok is False and first[:12] in msg
-    assert verify_env(old, root)[0] is None
+    assert verify_env(right, root)[0] == "ok"
+    verdict, msg = verify_env(wrong, root)
+    assert verdict == "MISMATCH" and first[:12] in msg
+    assert verify_env(old, root)[0] == "unchecked"
     missing = tmp_path / "missing.json"
     missing.write_text(json.dumps({"git_commit": "f" * 40, "source_sha256": digest}))
-    assert verify_env(missing, root)[0] is None          # a commit this clone does not have: not a verdict
-    side = tmp_path / "run.traffic.json"                  # a run's side file: no commit of its own
+    assert verify_env(missing, root)[0] == "unchecked"    # a commit this clone does not have: not a verdict
+    side = tmp_path / "right.traffic.json"                # a run's side file: no commit of its own
     side.write_text(json.dumps({"copy_bytes": 1}))
-    assert verify_env(side, root) == (None, "a side file of its run's env record, which carries the commit")
+    assert verify_env(side, root)[0] == "side"
+    orphan = tmp_path / "gone.wall.json"
+    orphan.write_text(json.dumps({"wall_s": 1}))
+    assert verify_env(orphan, root) == ("ORPHAN", "a side file whose env record gone.json is not beside it")
+
+
+def test_verify_fails_what_it_cannot_verify_and_checks_every_file(tmp_path, capsys):
+    """An unchecked record (no digest; a fake, unknown or removed commit) fails unless --allow-unchecked; an
+    unreadable one (the 0-byte .wall.json a full disk leaves, cut-short JSON) fails and the files after it are
+    still checked; bad usage exits 2."""
+    env = tmp_path / "env"
+    env.mkdir()
+    (env / "run-a.json").write_text(json.dumps({"git_commit": "fake", "source_sha256": "0" * 64}))
+    (env / "run-a.wall.json").write_text("")                                 # a full disk's 0-byte side file
+    (env / "run-b.json").write_text(json.dumps({"git_commit": "unknown"}))
+    (env / "run-c.json").write_text('{"git_commit": "abc')                   # cut short
+    (env / "run-d.json").write_text(json.dumps({"git_commit": "f" * 40, "source_sha256": "0" * 64}))
+    files = sorted(str(f) for f in env.iterdir())
+    assert main(["verify", *files]) == 1
+    out = capsys.readouterr().out
+    assert out.count("unchecked  ") == 3 and out.count("UNREADABLE  ") == 2
+    assert f"UNREADABLE  {env / 'run-a.wall.json'}: JSONDecodeError" in out
+    assert "not in this clone" in out and "pass --allow-unchecked" in out
+    assert all(f in out for f in files)                                      # every file reported
+    assert main(["verify", "--allow-unchecked", *files]) == 1                # unreadable files still fail
+    good = [str(env / "run-b.json"), str(env / "run-d.json")]
+    assert main(["verify", *good]) == 1
+    assert main(["verify", "--allow-unchecked", *good]) == 0
+    assert "2 unchecked (allowed by --allow-unchecked)" in capsys.readouterr().out
+    assert main(["verify", str(tmp_path / "nope.json")]) == 1
+    assert "UNREADABLE  " in capsys.readouterr().out
+    for argv in ([], ["verify"], ["verify", "--allow-uncheked", files[0]], ["check", files[0]], ["repair"]):
+        assert main(argv) == 2, argv
+        assert "usage:" in capsys.readouterr().err
 
 
 def test_env_record_carries_the_digest_and_the_command_checks_it(tmp_path, capsys, monkeypatch):

@@ -434,7 +434,7 @@ def test_runner_crash_records_the_current_cell(tmp_path, monkeypatch):
 
     def crashing(cfg, cells, ctx):
         ctx.started(cells[0])
-        yield {**cells[0], "status": "ok"}
+        yield {**cells[0], "status": "ok", "max_abs_err": 0.0}
         ctx.started(cells[1])
         raise RuntimeError("runner bug")
     monkeypatch.setattr(sweep_run, "load_runner", lambda name: crashing)
@@ -460,20 +460,30 @@ def test_budget_stops_early_and_a_rerun_finishes(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------- merge
 
-def _row(h, latency="1.0", run_id="a"):
-    return {c: "" for c in COLUMNS} | {"suite": "s", "path": "p", "status": "ok", "config_hash": h,
-                                       "latency_ms": latency, "run_id": run_id}
+def _hash(label: str) -> str:
+    """A config_hash (16 hex digits) standing for cell `label`."""
+    import hashlib
+    return hashlib.sha256(label.encode()).hexdigest()[:16]
+
+
+def _row(h, latency="1.0", run_id="smoke-a"):
+    """A valid smoke-suite row for cell `h` (artifact.results.row_problems)."""
+    return {c: "" for c in COLUMNS} | {
+        "suite": "smoke", "path": "onela", "geometry": "smoke_gqa", "R": "2", "W": "5", "T": "2", "O": "3",
+        "HK": "2", "HV": "4", "K": "16", "V": "32", "prompt_len": "32", "lineage": "beam", "seed": "0",
+        "status": "ok", "max_abs_err": "0.001", "tolerance": "0.01", "config_hash": _hash(h),
+        "latency_ms": latency, "run_id": run_id}
 
 
 def test_merge_dedups_identical_rows_and_refuses_conflicts(tmp_path):
-    write_rows(tmp_path / "s.shard0-of-2.csv", [_row("h1"), _row("h2")])
-    write_rows(tmp_path / "s.shard1-of-2.csv", [_row("h3"), _row("h2", run_id="b")])   # same cell, same values
-    path, added = merge_shards(tmp_path, "s")
-    assert added == 3 and [r["config_hash"] for r in read_rows(path)] == ["h1", "h2", "h3"]
-    assert merge_shards(tmp_path, "s")[1] == 0                                          # idempotent
-    write_rows(tmp_path / "s.shard1-of-2.csv", [_row("h2", latency="9.9")])
-    with pytest.raises(ResultsFileError, match="config_hash h2.*latency_ms"):
-        merge_shards(tmp_path, "s")
+    write_rows(tmp_path / "smoke.shard0-of-2.csv", [_row("h1"), _row("h2")])
+    write_rows(tmp_path / "smoke.shard1-of-2.csv", [_row("h3"), _row("h2", run_id="smoke-b")])   # same values
+    path, added = merge_shards(tmp_path, "smoke")
+    assert added == 3 and [r["config_hash"] for r in read_rows(path)] == [_hash(h) for h in ("h1", "h2", "h3")]
+    assert merge_shards(tmp_path, "smoke")[1] == 0                                      # idempotent
+    write_rows(tmp_path / "smoke.shard1-of-2.csv", [_row("h2", latency="9.9")])
+    with pytest.raises(ResultsFileError, match=f"config_hash {_hash('h2')}.*latency_ms"):
+        merge_shards(tmp_path, "smoke")
 
 
 def test_a_file_with_another_schema_is_refused(tmp_path, capsys):
@@ -489,47 +499,60 @@ def test_fold_rerun_replaces_cells_keeps_named_paths_and_copies_env(tmp_path):
     res, rerun = tmp_path / "results", tmp_path / "rerun"
     for d in (res / "env", rerun / "env"):
         d.mkdir(parents=True)
-    keep = _row("h3", run_id="s-a") | {"path": "kept"}
-    write_rows(res / "s.csv", [_row("h1", run_id="s-a"), _row("h2", run_id="s-old"), keep])
-    (res / "env" / "s-old.json").write_text("{}")
-    (res / "env" / "s-old.traffic.json").write_text("{}")      # a side file (the traffic suite's calibrations)
-    (res / "env" / "s-a.traffic.json").write_text("{}")        # ... of a run that keeps rows: not orphaned
-    (rerun / "env" / "s-b.json").write_text("{}")
-    (rerun / "env" / "s-b.wall.json").write_text("{}")
-    (rerun / "env" / "s-b.traffic.json").write_text("{}")
-    write_rows(rerun / "s.csv", [_row("h1", latency="5.0", run_id="s-a"),        # a copied table's old row
-                                 _row("h2", latency="2.0", run_id="s-b"), _row("h4", run_id="s-b"),
-                                 _row("h3", latency="7.0", run_id="s-b") | {"path": "kept"}])
-    (res / "s_side.csv").write_text("config_hash,x\nh1,old\nh2,old\nh3,old\n")            # a side table
-    (rerun / "s_side.csv").write_text("config_hash,x\nh2,new\nh3,new\nh4,new\nh9,stray\n")
+    kept = "flashinfer_fullstate"
+    keep = _row("h3", run_id="smoke-a") | {"path": kept}
+    write_rows(res / "smoke.csv", [_row("h1", run_id="smoke-a"), _row("h2", run_id="smoke-old"), keep])
+    (res / "env" / "smoke-old.json").write_text("{}")
+    (res / "env" / "smoke-old.traffic.json").write_text("{}")   # a side file (the traffic suite's calibrations)
+    (res / "env" / "smoke-a.traffic.json").write_text("{}")     # ... of a run that keeps rows: not orphaned
+    (rerun / "env" / "smoke-b.json").write_text("{}")
+    (rerun / "env" / "smoke-b.wall.json").write_text("{}")
+    (rerun / "env" / "smoke-b.traffic.json").write_text("{}")
+    write_rows(rerun / "smoke.csv", [_row("h1", latency="5.0", run_id="smoke-a"),     # a copied table's old row
+                                     _row("h2", latency="2.0", run_id="smoke-b"), _row("h4", run_id="smoke-b"),
+                                     _row("h3", latency="7.0", run_id="smoke-b") | {"path": kept}])
+    H = {h: _hash(h) for h in ("h1", "h2", "h3", "h4", "h9")}
+    (res / "smoke_side.csv").write_text(f"config_hash,x\n{H['h1']},old\n{H['h2']},old\n{H['h3']},old\n")
+    (rerun / "smoke_side.csv").write_text(f"config_hash,x\n{H['h2']},new\n{H['h3']},new\n{H['h4']},new\n"
+                                          f"{H['h9']},stray\n")
     e = {**os.environ, "PYTHONPATH": str(REPO)}
-    p = subprocess.run([sys.executable, "-m", "sweeps.merge", "suite=s", f"results_dir={res}", f"from={rerun}",
-                        "keep_paths=kept"], env=e, capture_output=True, text=True)
+    p = subprocess.run([sys.executable, "-m", "sweeps.merge", "suite=smoke", f"results_dir={res}",
+                        f"from={rerun}", f"keep_paths={kept}"], env=e, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    with open(res / "s_side.csv", newline="") as f:    # folded cells' side rows follow them; kept / stray do not
+    with open(res / "smoke_side.csv", newline="") as f:    # folded cells' side rows follow; kept / stray do not
         assert [(r["config_hash"], r["x"]) for r in csv.DictReader(f)] == \
-            [("h1", "old"), ("h2", "new"), ("h3", "old"), ("h4", "new")]
-    assert "1 row(s) replaced, 1 added, 1 of ['kept'] left" in p.stdout
-    assert "no row left: ['s-old.json', 's-old.traffic.json']" in p.stdout
-    rows = {r["config_hash"]: r for r in read_rows(res / "s.csv")}
-    assert [rows[h]["latency_ms"] for h in ("h1", "h2", "h3", "h4")] == ["1.0", "2.0", "1.0", "1.0"]
-    assert sorted(f.name for f in (res / "env").iterdir()) == ["s-a.traffic.json", "s-b.json", "s-b.traffic.json",
-                                                               "s-b.wall.json", "s-old.json", "s-old.traffic.json"]
-    assert fold_rerun(res, "s", rerun, ("kept",))["replaced"] == 0                      # idempotent
-    (rerun / "env" / "s-b.json").unlink()
-    write_rows(res / "s.csv", [_row("h1", run_id="s-a")])
-    with pytest.raises(ResultsFileError, match=r"lacks the env record of run\(s\) \['s-b'\]"):
-        fold_rerun(res, "s", rerun)
+            [(H["h1"], "old"), (H["h2"], "new"), (H["h3"], "old"), (H["h4"], "new")]
+    assert f"1 row(s) replaced, 1 added, 1 of ['{kept}'] left" in p.stdout
+    assert "no row left: ['smoke-old.json', 'smoke-old.traffic.json']" in p.stdout
+    rows = {r["config_hash"]: r for r in read_rows(res / "smoke.csv")}
+    assert [rows[H[h]]["latency_ms"] for h in ("h1", "h2", "h3", "h4")] == ["1.0", "2.0", "1.0", "1.0"]
+    assert sorted(f.name for f in (res / "env").iterdir()) == [
+        "smoke-a.traffic.json", "smoke-b.json", "smoke-b.traffic.json", "smoke-b.wall.json", "smoke-old.json",
+        "smoke-old.traffic.json"]
+    assert fold_rerun(res, "smoke", rerun, (kept,))["replaced"] == 0                    # idempotent
+    (rerun / "env" / "smoke-b.json").unlink()
+    write_rows(res / "smoke.csv", [_row("h1", run_id="smoke-a")])
+    with pytest.raises(ResultsFileError, match=r"lacks the env record of run\(s\) \['smoke-b'\]"):
+        fold_rerun(res, "smoke", rerun)
 
 
-def test_merge_cli_names_bad_arguments(tmp_path):
+def test_merge_cli_names_bad_arguments_and_exits_2(tmp_path):
+    """Every argument is checked against the registries before any file is touched (exit 2): a misspelt
+    keep_paths entry would otherwise keep nothing and let the re-run's skip rows replace measured rows."""
     e = {**os.environ, "PYTHONPATH": str(REPO)}
-    p = subprocess.run([sys.executable, "-m", "sweeps.merge", "suite=s", "resultsdir=x"], env=e, cwd=tmp_path,
-                       capture_output=True, text=True)
-    assert p.returncode == 1 and "resultsdir=x" in p.stderr
-    p = subprocess.run([sys.executable, "-m", "sweeps.merge", "suite=s", "keep_paths=a"], env=e, cwd=tmp_path,
-                       capture_output=True, text=True)
-    assert p.returncode == 1 and "keep_paths=... applies only with from=" in p.stderr
+    (tmp_path / "results").mkdir()
+    (tmp_path / "re").mkdir()
+    for argv, message in ((["suite=smoke", "resultsdir=x"], "resultsdir=x"),
+                          (["suite=smoke", "keep_paths=onela"], "keep_paths=... applies only with from="),
+                          (["suite=smok"], "suite='smok': not a suite"),
+                          (["suite=smoke", "results_dir=nowhere"], "results_dir='nowhere': no such folder"),
+                          (["suite=smoke", "from=nowhere"], "from='nowhere': no such folder"),
+                          (["suite=smoke", "from=results"], "is results_dir itself"),
+                          (["suite=smoke", "from=re", "keep_paths=flashinfer_fullstat"],
+                           "keep_paths: ['flashinfer_fullstat'] not registered")):
+        p = subprocess.run([sys.executable, "-m", "sweeps.merge", *argv], env=e, cwd=tmp_path,
+                           capture_output=True, text=True)
+        assert p.returncode == 2 and message in p.stderr, (argv, p.stderr)
 
 
 # ---------------------------------------------------------------- GPU

@@ -11,8 +11,10 @@ bytes, streamed) and the grid ordered heads-fastest; the store as [T, R, W, H, 1
 [T, R, H, W, 128] (`store_rhw`: GtrStore's memory order, a head's rows of one step contiguous, so a beam tile's
 rows are near one another). Reference: a torch copy of the same bytes. Each kernel is captured in a CUDA graph and
 timed by artifact.timing.time_replay (median, L2 flushed before each replay)."""
+import argparse
 import json
 import os
+import sys
 
 import torch
 import triton
@@ -55,9 +57,15 @@ def bench(fn) -> float:
     return time_replay(graph.replay, warmup_ms=20, rep_ms=100, stats="statistics").median_ms
 
 
-def main():
+def main(argv=None) -> int:
+    """Takes no arguments (`--help` prints the docstring); anything else is bad usage (exit 2). Exit 2 without
+    a CUDA GPU as well, before any work."""
+    ap = argparse.ArgumentParser(prog="python -m tools.gather_bench", description=__doc__.splitlines()[0],
+                                 epilog="Writes gather_bw.json (and its env record) into $OUT, else the current folder.")
+    ap.parse_args(argv)
     if not torch.cuda.is_available():
-        raise SystemExit("tools.gather_bench needs a CUDA GPU (CPU timings are not performance)")
+        print("tools.gather_bench needs a CUDA GPU (CPU timings are not performance)", file=sys.stderr)
+        return 2
     W, T, H, K, STEP = 512, 6, 16, 128, 5
     out = {}
     for R in (4, 16):
@@ -88,7 +96,8 @@ def main():
               f"distinct rows {distinct} of {STEP*R*W}", flush=True)
     with open(os.path.join(os.environ.get("OUT", "."), "gather_bw.json"), "w") as f:
         json.dump(out, f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -15,8 +15,10 @@ another 256 MB, then the timed replay); median of 100 replays:
 - `empty`: T launches of a one-element kernel (what the launches alone cost);
 - `onela`: the path's default kernels on the bench's workload (gated against FP32 FullState first).
 `stream` is what a kernel that streams its bytes at copy speed, one launch per step, would take."""
+import argparse
 import json
 import os
+import sys
 
 import torch
 import triton
@@ -57,9 +59,15 @@ def _median_ms(replay, clean: bool, bufs, n: int = 100) -> float:
     return time_events(record_each([replay], before), repeats=n, warmup=10, stats="torch").median_ms
 
 
-def main():
+def main(argv=None) -> int:
+    """Takes no arguments (`--help` prints the docstring); anything else is bad usage (exit 2). Exit 2 without
+    a CUDA GPU as well, before any work."""
+    ap = argparse.ArgumentParser(prog="python -m tools.launch_floor", description=__doc__.splitlines()[0],
+                                 epilog="Writes launch_floor.json (and its env record) into $OUT, else the current folder.")
+    ap.parse_args(argv)
     if not torch.cuda.is_available():
-        raise SystemExit("tools.launch_floor needs a CUDA GPU (CPU timings are not performance)")
+        print("tools.launch_floor needs a CUDA GPU (CPU timings are not performance)", file=sys.stderr)
+        return 2
     ceilings = measure_ceilings()
     out = {"env": env_record({"ceilings": ceilings, "command": "python -m tools.launch_floor"}), "rows": []}
     bufs = tuple(torch.ones(_FLUSH, dtype=torch.int32, device="cuda") for _ in range(2))
@@ -97,7 +105,8 @@ def main():
     for name, obj in (("launch_floor.json", out), ("launch_floor_env.json", out["env"])):
         with open(os.path.join(os.environ.get("OUT", "."), name), "w") as f:
             json.dump(obj, f, indent=1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

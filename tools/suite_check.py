@@ -19,14 +19,15 @@ import torch
 from artifact.measure import DEFAULT_TOLERANCE, check_and_time
 from artifact.paths import get_path
 from artifact.reference import fullstate_decode
-from artifact.workload import make_workload
+from artifact.workload import GEOMETRIES, make_workload
 
 K128 = ["qwen3_5_0_8b", "kimi_linear", "qwen3_5_9b", "qwen3_5_27b", "qwen3_5_397b", "gdn_small", "range_hk4_hv16"]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--geometry", nargs="+", default=K128)
+    ap.add_argument("--geometry", nargs="+", default=K128, choices=sorted(GEOMETRIES), metavar="G",
+                    help=f"geometries of artifact.workload.GEOMETRIES (default: {' '.join(K128)})")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("tools.suite_check needs a CUDA GPU", file=sys.stderr)
