@@ -389,7 +389,7 @@ def recorded_hashes(env_dir: Path = ENV_DIR) -> dict[str, str]:
     return out
 
 
-def probe_index(timeout_s: int = 10) -> tuple[bool, str]:
+def probe_index(timeout_s: int = 5) -> tuple[bool, str]:
     """Can pip fetch from the package index? Downloads PROBE_WHEEL (140 kB) into a temporary folder."""
     import subprocess
     import tempfile
