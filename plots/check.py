@@ -273,11 +273,12 @@ def table(lines: list[Line]) -> str:
     return "\n".join(out)
 
 
-def check(run_dir: Path, ref_dir: Path) -> tuple[int, str]:
-    """(exit status, the report text)."""
+def check(run_dir: Path, ref_dir: Path, ref: Results | None = None) -> tuple[int, str]:
+    """(exit status, the report text). `ref`: the reference already loaded from ref_dir (tests reuse it)."""
     if not run_dir.is_dir():
         return EXIT_NOTHING, f"[check] {run_dir} is not a folder"
-    run, ref = load_results(run_dir), load_results(ref_dir)
+    run = load_results(run_dir)
+    ref = ref if ref is not None else load_results(ref_dir)
     present = {s: len(df) for s, df in run.suites.items() if len(df)}
     out = [f"[check] run {run_dir}/ against reference {ref_dir}/"]
     if not present:
