@@ -178,6 +178,7 @@ cmd=${1:-reproduce}
 case "$cmd" in
   test)
     ensure_env
+    if has_gpu; then setup_baselines; fi          # the framework-kernel GPU tests need the pack
     say "running the test suite (GPU tests are marked 'gpu' and skip without a GPU)"
     [ -n "$DRY" ] && { say "  would run: $PY -m pytest tests"; exit 0; }
     exec "$PY" -m pytest tests
@@ -199,6 +200,7 @@ case "$cmd" in
   gpu-suites)
     ensure_env
     RUN_DIR=${2:-${ONELA_RUN_DIR:-outputs/reproduce/$STAMP}}; [ -z "$DRY" ] && mkdir -p "$RUN_DIR"
+    setup_baselines
     gpu_suites; finish
     ;;
   quick)
