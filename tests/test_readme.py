@@ -3,6 +3,7 @@ writes from the committed results, and it stays a short guide (no commit hashes,
 from __future__ import annotations
 
 import argparse
+import glob
 import importlib.util
 import os
 import re
@@ -186,3 +187,38 @@ def test_readme_links_exist():
         if "<" in path:
             continue
         assert (REPO / path).exists(), f"README names {path}, which does not exist"
+
+
+def _expand(tok: str) -> list[str]:
+    m = re.search(r"\{([^{}]*)\}", tok)
+    if not m:
+        return [tok]
+    return [x for alt in m.group(1).split(",") for x in _expand(tok[:m.start()] + alt + tok[m.end():])]
+
+
+KERNEL_EXPERIMENTS = ("triton", "ws_kernel", "floors", "correctness", "timing")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/design.md", "docs/methods.md", "kernels/NOTES.md",
+                                 "results/README.md"])
+def test_documents_cite_result_files_that_exist(doc):
+    """Every `results/...` path a document names exists (a line that says the file is in git history excepted);
+    kernels/NOTES.md names files under results/experiments/kernels/ as `<folder>/<file>`; results/README.md's
+    first column names its files and folders."""
+    missing = []
+    for line in (REPO / doc).read_text().splitlines():
+        if "git history" in line:
+            continue
+        toks = re.findall(r"results/[A-Za-z0-9_./{},*<>-]*", line)
+        if doc == "kernels/NOTES.md":
+            pat = r"(?<![A-Za-z0-9_./*-])((?:%s)/[A-Za-z0-9_./{},*-]+)" % "|".join(KERNEL_EXPERIMENTS)
+            toks += ["results/experiments/kernels/" + t for t in re.findall(pat, line)]
+        if doc == "results/README.md" and line.startswith("| `"):
+            toks.append("results/" + line.split("`")[1])
+        for tok in toks:
+            if "<" in tok:
+                continue
+            for path in _expand(tok.rstrip(".,:;)")):
+                if not (glob.glob(str(REPO / path)) or glob.glob(str(REPO / path) + "*")):
+                    missing.append(path)
+    assert not missing, f"{doc} cites result files that do not exist: {sorted(set(missing))}"
