@@ -58,8 +58,17 @@ has_gpu() {
   "$PY" -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null
 }
 
-# The recorded wall time of a suite (results/env/<run_id>.wall.json, README's claims table), else $2.
-expected() { "$PY" -m plots.report expected "$1" --results "${3:-results}" --fallback "$2" 2>/dev/null || echo "$2"; }
+# Recorded wall times (<dir>/env/<run_id>.wall.json, as in README's claims table): load_expected <dir> reads them
+# once (one python call); expected <suite> <fallback> [dir] prints one, else the fallback.
+declare -A EXPECTED=()
+load_expected() {
+  local dir=$1 s t
+  while IFS=$'\t' read -r s t; do [ -n "$s" ] && EXPECTED[$dir/$s]=$t; done < <(
+    "$PY" -m plots.report expected operator recurrent_path full_model traffic --results "$dir" --fallback "" \
+      2>/dev/null)
+  return 0
+}
+expected() { local t=${EXPECTED[${3:-results}/$1]:-}; echo "${t:-$2}"; }
 
 # stage "<what>" "<expected duration>" command...: announce, run, time; a failure is remembered (RC), not fatal.
 stage() {
@@ -198,7 +207,7 @@ case "$cmd" in
   check)
     ensure_env; check "${2:-results}"; finish ;;
   gpu-suites)
-    ensure_env
+    ensure_env; load_expected results
     RUN_DIR=${2:-${ONELA_RUN_DIR:-outputs/reproduce/$STAMP}}; [ -z "$DRY" ] && mkdir -p "$RUN_DIR"
     setup_baselines
     gpu_suites; finish
@@ -206,6 +215,7 @@ case "$cmd" in
   quick)
     ensure_env
     if has_gpu; then
+      load_expected results/quick
       say "GPU found: the quick path (about 7 min on one H200 by estimate; at most 10), then the self-check"
       setup_baselines
       new_run_dir quick
@@ -221,6 +231,7 @@ case "$cmd" in
   reproduce)
     ensure_env
     if has_gpu; then
+      load_expected results
       say "GPU found: every suite (operator $(expected operator '?'), full_model $(expected full_model '?'), recurrent_path $(expected recurrent_path '?'), traffic $(expected traffic '?'), as recorded on one H200), then figures and the self-check"
       setup_baselines
       new_run_dir reproduce

@@ -264,18 +264,21 @@ def update_readme(readme: Path, res: Results) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m plots.report expected SUITE [--results DIR] [--fallback TEXT]`: a suite's recorded GPU time
-    (./run_all.sh prints it before each stage)."""
+    """`python -m plots.report expected SUITE [SUITE ...] [--results DIR] [--fallback TEXT]`: recorded GPU times
+    (./run_all.sh prints them before each stage)."""
     import argparse
     ap = argparse.ArgumentParser(prog="python -m plots.report", description=main.__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    ex = sub.add_parser("expected", help="a suite's recorded GPU wall time")
-    ex.add_argument("suite")
+    ex = sub.add_parser("expected", help="each suite's recorded GPU wall time, one line per suite "
+                                          "(with several suites: '<suite><TAB><time>')")
+    ex.add_argument("suites", nargs="+")
     ex.add_argument("--results", default="results")
     ex.add_argument("--fallback", default="not measured", help="printed when no run of the suite is recorded")
     args = ap.parse_args(argv)
-    text = expected_time(Path(args.results), args.suite)
-    print(args.fallback if text == "not measured" else text)
+    for suite in args.suites:
+        text = expected_time(Path(args.results), suite)
+        text = args.fallback if text == "not measured" else text
+        print(f"{suite}\t{text}" if len(args.suites) > 1 else text)
     return 0
 
 
