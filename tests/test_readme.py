@@ -11,6 +11,7 @@ import runpy
 import shlex
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -69,7 +70,8 @@ def _parses_with_argparse(target: str, args: list[str], monkeypatch, script: boo
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
     monkeypatch.setattr(sys, "argv", [target, *args])
-    with pytest.raises(_Parsed):
+    with pytest.raises(_Parsed), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)     # runpy: the module was imported by an earlier test
         if script:
             runpy.run_path(str(REPO / target), run_name="__main__")
         else:
