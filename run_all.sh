@@ -1,84 +1,253 @@
 #!/usr/bin/env bash
-# The two commands of this repository (README):
-#   ./run_all.sh          reproduce: on a GPU host, every suite then the figures; on a CPU host, the smoke
-#                         suite under the Triton interpreter and the figures from the committed results
-#   ./run_all.sh test     install what the tests need (into ./.venv) and run them
-# Sub-commands used by the two: smoke | figures | gpu-suites
-set -euo pipefail
+# The artifact's one entry point (README.md). Every command prints its stages, each with its expected
+# duration, before running them.
+#   ./run_all.sh            reproduce. GPU host: set up (virtualenv, baseline pack, FlashInfer's CuTe DSL), run
+#                           every suite into outputs/reproduce/<stamp>/, draw its figures and REPORT.md, and
+#                           check it against the committed results/ (python -m plots.check). CPU host: the smoke
+#                           suite under the Triton interpreter, the figures, REPORT.md and README's claims table
+#                           from the committed results/, and their self-check.
+#   ./run_all.sh quick      at most 10 minutes on one H200: recurrent_path (every path), one operator shape per
+#                           geometry + the R=16 W=512 Qwen shape, one full-model point per prompt length, traffic
+#                           at O=3 (OneLA, Controlled FullState), into outputs/quick/<stamp>/, then the check.
+#                           CPU host: the smoke suite and the self-check of the committed results.
+#   ./run_all.sh test       install what the tests need (into ./.venv) and run them (CI runs this)
+# Sub-commands: setup | smoke | figures | check [RUN_DIR] | gpu-suites [RUN_DIR]
+# Environment: ONELA_VENV (default .venv; "none" = the interpreter ONELA_PYTHON, default python3),
+#   ONELA_RUN_DIR (the folder a GPU run writes; "results" folds new rows into the committed tables, resuming),
+#   ONELA_OFFLINE=1 (never download), ONELA_BASELINE_PACK (the pack folder, default .baseline_pack),
+#   ONELA_DRY_RUN=1 (print the stages and their commands, run none of them; =gpu: a GPU host's plan).
+set -uo pipefail
 cd "$(dirname "$0")"
 VENV=${ONELA_VENV:-.venv}
+PACK=${ONELA_BASELINE_PACK:-.baseline_pack}
+DRY=${ONELA_DRY_RUN:-}
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+STAGE=0
+RUN_DIR=""
+RC=0
+
+say() { echo "[run_all] $*"; }
 
 ensure_env() {
-  # A virtualenv in ./.venv built from pyproject.toml; torch comes from PyPI (CPU hosts: the file the
-  # pip cap points to when there is one). Set ONELA_VENV=none to use the current interpreter instead.
-  if [ "$VENV" = none ]; then PY=python3; return; fi
+  # A virtualenv in ./.venv built from pyproject.toml; torch comes from PyPI (CPU hosts: the file the pip cap
+  # points to when there is one). ONELA_VENV=none uses ${ONELA_PYTHON:-python3} as it is.
+  if [ "$VENV" = none ]; then PY=${ONELA_PYTHON:-python3}; return 0; fi
   if [ ! -x "$VENV/bin/python" ]; then
-    echo "[run_all] creating virtualenv $VENV"
-    python3 -m venv "$VENV"
+    say "creating virtualenv $VENV (first time: installing torch, triton and the test deps takes a few minutes)"
+    [ -n "$DRY" ] && { PY=python3; return 0; }
+    python3 -m venv "$VENV" || exit 1
   fi
   PY="$VENV/bin/python"
   if ! "$PY" -c "import artifact, torch, triton, hydra, pytest, hypothesis, hydra_plugins.hydra_joblib_launcher, transformers" \
       >/dev/null 2>&1; then
-    echo "[run_all] installing the project and its test dependencies into $VENV"
+    say "installing the project and its test dependencies into $VENV"
+    [ -n "$DRY" ] && return 0
     "$PY" -m pip install -q --upgrade pip >/dev/null
     if ! command -v nvidia-smi >/dev/null 2>&1 && ! "$PY" -c "import torch" >/dev/null 2>&1; then
       # CPU host: the versions CI is known to pass with (Triton's interpreter differs between releases;
       # the GPU host has Triton 3.6 too). torch 2.13.0 is a CPU build where the pip cap points to one.
       "$PY" -m pip install -q "torch==2.13.0" "triton==3.6.0" || "$PY" -m pip install -q torch "triton==3.6.0"
     fi
-    "$PY" -m pip install -q -e ".[test]"
+    "$PY" -m pip install -q -e ".[test]" || exit 1
   fi
 }
 
-has_gpu() { "$PY" -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)"; }
+has_gpu() {
+  # ONELA_DRY_RUN=gpu prints a GPU host's plan on any host (tests/test_run_all.py); it runs nothing.
+  [ "$DRY" = gpu ] && return 0
+  "$PY" -c "import torch,sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null
+}
+
+# Recorded wall times (<dir>/env/<run_id>.wall.json, as in README's claims table): load_expected <dir> reads them
+# once (one python call); expected <suite> <fallback> [dir] prints one, else the fallback.
+declare -A EXPECTED=()
+load_expected() {
+  local dir=$1 s t
+  while IFS=$'\t' read -r s t; do [ -n "$s" ] && EXPECTED[$dir/$s]=$t; done < <(
+    "$PY" -m plots.report expected operator recurrent_path full_model traffic --results "$dir" --fallback "" \
+      2>/dev/null)
+  return 0
+}
+expected() { local t=${EXPECTED[${3:-results}/$1]:-}; echo "${t:-$2}"; }
+
+# stage "<what>" "<expected duration>" command...: announce, run, time; a failure is remembered (RC), not fatal.
+stage() {
+  local what=$1 exp=$2 t0=$SECONDS rc=0
+  shift 2
+  STAGE=$((STAGE + 1))
+  say "stage $STAGE: $what -- expected: $exp"
+  if [ -n "$DRY" ]; then say "  would run: $*"; return 0; fi
+  "$@" || rc=$?
+  say "  stage $STAGE done in $((SECONDS - t0)) s (exit $rc)"
+  [ -n "$RUN_DIR" ] && [ -d "$RUN_DIR" ] && printf '%s\t%s\t%s\n' "$what" "$((SECONDS - t0))" "$rc" >>"$RUN_DIR/stages.tsv"
+  [ "$rc" -eq 0 ] || RC=1
+  return 0
+}
+
+INDEX=""   # probed once: can pip reach the package index? (a 140 kB download; ONELA_OFFLINE=1 skips it)
+index_reachable() {
+  if [ -z "$INDEX" ]; then
+    INDEX=no
+    if [ -z "${ONELA_OFFLINE:-}" ] && "$PY" -m baselines.pack --probe-index >/dev/null 2>&1; then INDEX=yes; fi
+  fi
+  [ "$INDEX" = yes ]
+}
+
+# The baseline pack and FlashInfer's CuTe DSL, GPU hosts only (a CPU host runs no framework kernel).
+setup_baselines() {
+  if [ -f "$PACK/MANIFEST.json" ]; then
+    say "baseline pack: $PACK (present)"
+  elif index_reachable; then
+    stage "baseline pack: download the pinned wheels (about 440 MB), check their sha256, build $PACK" \
+      "1-3 min, network-bound (estimate; the build itself takes seconds)" \
+      "$PY" -m baselines.pack --download --wheels .whl --out "$PACK"
+  else
+    say "no baseline pack and no package index: build one where pip reaches PyPI (python -m baselines.pack --download --python-version 3.12) and copy .baseline_pack/ here (or set ONELA_BASELINE_PACK); until then the vLLM, SGLang and FlashInfer rows are named skips"
+  fi
+  if "$PY" -c "import nvidia_cutlass_dsl" >/dev/null 2>&1; then
+    say "FlashInfer's CuTe DSL: installed"
+  elif index_reachable; then
+    stage "FlashInfer's CuTe DSL: download the pinned wheels (about 96 MB), install them" \
+      "1 min, network-bound (estimate)" "$PY" -m baselines.pack --install-dsl --wheels .whl --out "$PACK"
+  else
+    say "FlashInfer's CuTe DSL is not installed and the index is unreachable: carry it with python -m baselines.ship_parts (README); until then the FlashInfer rows are named skips"
+  fi
+}
+
+new_run_dir() {  # new_run_dir <kind>: ONELA_RUN_DIR or outputs/<kind>/<stamp>, plus outputs/<kind>/latest
+  RUN_DIR=${ONELA_RUN_DIR:-outputs/$1/$STAMP}
+  [ -n "$DRY" ] && { say "run folder: $RUN_DIR"; return 0; }
+  mkdir -p "$RUN_DIR"
+  if [ -z "${ONELA_RUN_DIR:-}" ]; then ln -sfn "$STAMP" "outputs/$1/latest"; fi
+  say "run folder: $RUN_DIR"
+}
+
+smoke() {
+  local out=${1:-outputs/smoke/$STAMP}
+  has_gpu || export TRITON_INTERPRET=1
+  stage "smoke suite (TRITON_INTERPRET=${TRITON_INTERPRET:-0}): every path on tiny shapes, into $out" \
+    "15-30 s on a CPU" "$PY" -m sweeps.run suite=smoke results_dir="$out" progress=false
+}
+
+check() {  # check <run dir>: the self-check against the committed results/
+  local out=()
+  [ -n "$RUN_DIR" ] && out=(--out "$RUN_DIR/check.txt")
+  stage "self-check of $1 against results/ and the paper (python -m plots.check)" "a few seconds" \
+    "$PY" -m plots.check "$1" "${out[@]}"
+}
+
+gpu_suites() {  # every suite into $RUN_DIR; several GPUs shard the operator suite (one job per GPU)
+  local n
+  n=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 1)
+  if [ "$n" -gt 1 ]; then
+    stage "operator suite, 405 shapes x 8 paths, sharded over $n GPUs" "$(expected operator 'not measured') on one GPU" \
+      "$PY" -m sweeps.run -m suite=operator launcher=joblib_gpus shard.count="$n" results_dir="$RUN_DIR"
+  else
+    stage "operator suite, 405 shapes x 8 paths (Fig 7)" "$(expected operator 'not measured')" \
+      "$PY" -m sweeps.run suite=operator results_dir="$RUN_DIR"
+  fi
+  stage "recurrent_path suite, every path (Fig 8a/8b)" "$(expected recurrent_path 'not measured')" \
+    "$PY" -m sweeps.run suite=recurrent_path results_dir="$RUN_DIR"
+  stage "full_model suite, 4 paths x 2 prompts x O=3..7 (Fig 6)" "$(expected full_model 'not measured')" \
+    "$PY" -m sweeps.run suite=full_model results_dir="$RUN_DIR"
+  if command -v ncu >/dev/null 2>&1; then
+    stage "traffic suite, ncu counters of the recurrent_path cells (Fig 8c)" "$(expected traffic 'not measured')" \
+      "$PY" -m sweeps.run suite=traffic results_dir="$RUN_DIR"
+  else
+    say "traffic suite skipped: Nsight Compute (ncu) is not on PATH"
+  fi
+}
+
+quick_gpu() {
+  # Expected times: the reference quick run's records (results/quick/env/*.wall.json) where committed, else
+  # estimates from the full suites' per-path records.
+  stage "recurrent_path suite, every path (Fig 8a/8b)" "$(expected recurrent_path '1.5 min (estimate)' results/quick)" \
+    "$PY" -m sweeps.run suite=recurrent_path results_dir="$RUN_DIR" progress=false
+  stage "operator subset: one shape per geometry (9 shapes x 8 paths)" "$(expected operator '3-4 min for both operator stages (estimate)' results/quick)" \
+    "$PY" -m sweeps.run suite=quick_operator results_dir="$RUN_DIR" progress=false
+  stage "operator subset: R=16 W=512 Qwen, O=3 and O=7" "(included above)" \
+    "$PY" -m sweeps.run suite=quick_operator_qwen results_dir="$RUN_DIR" progress=false
+  stage "full model: O=3 at prompt 1K and 5K, 3 paths (Fig 6)" "$(expected full_model '1.5-2 min (estimate)' results/quick)" \
+    "$PY" -m sweeps.run suite=quick_full_model results_dir="$RUN_DIR" progress=false
+  if command -v ncu >/dev/null 2>&1; then
+    stage "traffic at O=3: OneLA and Controlled FullState (Fig 8c)" "$(expected traffic '1 min (estimate)' results/quick)" \
+      "$PY" -m sweeps.run suite=quick_traffic results_dir="$RUN_DIR" progress=false
+  else
+    say "traffic stage skipped: Nsight Compute (ncu) is not on PATH"
+  fi
+}
+
+finish() {
+  say "done in $((SECONDS)) s$( [ -n "$RUN_DIR" ] && echo ", results in $RUN_DIR/" ) (exit $RC)"
+  [ -n "$RUN_DIR" ] && [ -d "$RUN_DIR" ] && [ -z "$DRY" ] && echo "$SECONDS" >"$RUN_DIR/wall_s.txt"
+  exit $RC
+}
 
 cmd=${1:-reproduce}
 case "$cmd" in
   test)
     ensure_env
-    echo "[run_all] running the test suite (GPU tests are marked 'gpu' and skip without a GPU)"
+    if has_gpu; then setup_baselines; fi          # the framework-kernel GPU tests need the pack
+    say "running the test suite (GPU tests are marked 'gpu' and skip without a GPU)"
+    [ -n "$DRY" ] && { say "  would run: $PY -m pytest tests"; exit 0; }
     exec "$PY" -m pytest tests
     ;;
-  smoke)
+  setup)
     ensure_env
-    has_gpu || export TRITON_INTERPRET=1
-    echo "[run_all] smoke suite (TRITON_INTERPRET=${TRITON_INTERPRET:-0})"
-    exec "$PY" -m sweeps.run suite=smoke
+    if has_gpu; then setup_baselines; else say "no GPU: the baseline pack and the CuTe DSL are not needed here"; fi
+    finish
     ;;
+  smoke)
+    ensure_env; smoke; finish ;;
   figures)
     ensure_env
-    echo "[run_all] regenerating figures and results/REPORT.md from results/"
-    exec "$PY" -m plots
+    stage "figures, results/REPORT.md and README's claims table from results/" "10-20 s" "$PY" -m plots
+    finish
     ;;
+  check)
+    ensure_env; check "${2:-results}"; finish ;;
   gpu-suites)
-    # Every suite runs even if an earlier one recorded a failed cell; the exit status says if any did.
-    # Several GPUs: the operator suite is sharded one job per GPU (launcher=joblib_gpus), then merged.
+    ensure_env; load_expected results
+    RUN_DIR=${2:-${ONELA_RUN_DIR:-outputs/reproduce/$STAMP}}; [ -z "$DRY" ] && mkdir -p "$RUN_DIR"
+    setup_baselines
+    gpu_suites; finish
+    ;;
+  quick)
     ensure_env
-    rc=0
-    n=$("$PY" -c "import torch; print(torch.cuda.device_count())")
-    if [ "$n" -gt 1 ]; then
-      "$PY" -m sweeps.run -m suite=operator launcher=joblib_gpus shard.count="$n" || rc=1
+    if has_gpu; then
+      load_expected results/quick
+      say "GPU found: the quick path (about 7 min on one H200 by estimate; at most 10), then the self-check"
+      setup_baselines
+      new_run_dir quick
+      quick_gpu
+      check "$RUN_DIR"
     else
-      "$PY" -m sweeps.run suite=operator || rc=1
+      say "no GPU: the smoke suite under the Triton interpreter, then the self-check of the committed results"
+      smoke
+      check results
     fi
-    for suite in recurrent_path full_model traffic; do
-      "$PY" -m sweeps.run suite=$suite || rc=1
-    done
-    exit $rc
+    finish
     ;;
   reproduce)
     ensure_env
-    rc=0
     if has_gpu; then
-      echo "[run_all] GPU found: running every suite, then the figures"
-      "$0" gpu-suites || rc=$?       # failed cells are recorded rows: draw the figures anyway
+      load_expected results
+      say "GPU found: every suite (operator $(expected operator '?'), full_model $(expected full_model '?'), recurrent_path $(expected recurrent_path '?'), traffic $(expected traffic '?'), as recorded on one H200), then figures and the self-check"
+      setup_baselines
+      new_run_dir reproduce
+      gpu_suites
+      stage "figures and REPORT.md of this run" "10-20 s" "$PY" -m plots --results "$RUN_DIR"
+      check "$RUN_DIR"
     else
-      echo "[run_all] no GPU: smoke suite under the Triton interpreter, then figures from committed results"
-      "$0" smoke
+      say "no GPU: smoke suite under the Triton interpreter, then figures and the self-check from the committed results"
+      smoke
+      stage "figures, results/REPORT.md and README's claims table from results/" "10-20 s" "$PY" -m plots
+      check results
     fi
-    "$0" figures
-    exit $rc
+    finish
     ;;
+  -h|--help|help)
+    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *)
-    echo "usage: $0 [test|smoke|figures|gpu-suites]" >&2; exit 2 ;;
+    echo "usage: $0 [reproduce|quick|test|setup|smoke|figures|check [RUN_DIR]|gpu-suites [RUN_DIR]]" >&2; exit 2 ;;
 esac

@@ -1,6 +1,7 @@
 """Build the offline baseline pack: the frameworks' kernel modules, from their official wheels, without pins.
 
-    python -m baselines.pack --wheels .whl --out .baseline_pack
+    python -m baselines.pack --wheels .whl --out .baseline_pack      # from wheels already in .whl/
+    python -m baselines.pack --download [--dry-run]                   # networked: fetch the pinned wheels first
 
 vLLM and SGLang pin exact torch releases and ship compiled extensions that will not load next to another
 torch; their GDN kernels are plain Python + Triton. This command copies, byte for byte, only the Python
@@ -341,12 +342,222 @@ def build_pack(wheels_dir: Path, out_dir: Path, specs: dict[str, dict], python_t
     return manifest
 
 
+# ---------------------------------------------------------------- the networked set-up (./run_all.sh)
+# On a host that reaches the package index, `--download` fetches the pinned wheels every PACK_SPEC names (the
+# framework wheels and their small deps, for this interpreter's Python), checks each against the sha256 the
+# committed results' env records hold for a file of that name, then builds the pack; `--install-dsl` does the
+# same for FlashInfer's CuTe DSL (the adapters' SHIP_WHEELS) and pip-installs it into this interpreter, as
+# `ship_parts.py receive --install` does on an air-gapped host. `--dry-run` resolves the wheels on the index
+# (metadata only), compares their sha256 with the records and prints the plan: no wheel is downloaded.
+PLATFORMS = ("manylinux_2_34_x86_64", "manylinux_2_28_x86_64", "manylinux_2_17_x86_64")
+PROBE_WHEEL = "packaging==26.4"          # the smallest pinned wheel (140 kB): proves the index is reachable
+ENV_DIR = BASELINES_DIR.parent / "results" / "env"
+DSL_RECORD = "DSL.json"
+
+
+def requirements(specs: dict[str, dict]) -> list[str]:
+    """Every pinned wheel the specs need: each framework wheel, then its deps (each once, in order)."""
+    out: list[str] = []
+    for spec in specs.values():
+        for req in [spec["wheel"], *spec["deps"]]:
+            if req not in out:
+                out.append(req)
+    return out
+
+
+def pip_download_cmd(reqs: list[str], dest: Path, python_version: str | None = None) -> list[str]:
+    py = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version", py,
+           "--implementation", "cp"]
+    for plat in PLATFORMS:
+        cmd += ["--platform", plat]
+    return cmd + ["-d", str(dest), *reqs]
+
+
+def recorded_hashes(env_dir: Path = ENV_DIR) -> dict[str, str]:
+    """wheel file name -> sha256, from the baseline packs the committed results' runs loaded."""
+    out: dict[str, str] = {}
+    for f in sorted(Path(env_dir).glob("*.json")):
+        try:
+            rec = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        bp = rec.get("baseline_pack")
+        for fw in (bp.get("frameworks", []) if isinstance(bp, dict) else []):
+            for w in fw.get("wheels", []):
+                out.setdefault(w["file"], w["sha256"])
+    return out
+
+
+def probe_index(timeout_s: int = 5) -> tuple[bool, str]:
+    """Can pip fetch from the package index? Downloads PROBE_WHEEL (140 kB) into a temporary folder."""
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--timeout",
+               str(timeout_s), "--retries", "0", "-q", "-d", tmp, PROBE_WHEEL]
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=6 * timeout_s)
+        except subprocess.TimeoutExpired:
+            return False, f"pip download {PROBE_WHEEL} timed out"
+        if r.returncode != 0:
+            return False, (r.stderr.strip().splitlines() or ["pip download failed"])[-1]
+        got = list(Path(tmp).glob("*.whl"))
+        return True, f"reached the package index ({got[0].name if got else PROBE_WHEEL})"
+
+
+def resolve(reqs: list[str], python_version: str | None = None) -> list[dict]:
+    """What the index would serve for each pinned requirement on this Python, without downloading a wheel:
+    pip's dry-run install report (metadata only) -> [{requirement, file, sha256}]."""
+    import subprocess
+    import tempfile
+    py = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = [sys.executable, "-m", "pip", "install", "--dry-run", "--no-deps", "--ignore-installed", "-q",
+               "--only-binary=:all:", "--python-version", py, "--implementation", "cp", "--target", tmp,
+               "--report", "-"]
+        for plat in PLATFORMS:
+            cmd += ["--platform", plat]
+        r = subprocess.run(cmd + reqs, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"pip could not resolve {', '.join(reqs)}: "
+                           f"{(r.stderr.strip().splitlines() or ['no output'])[-1]}")
+    by_name = {_norm(i["metadata"]["name"]): i["download_info"] for i in json.loads(r.stdout)["install"]}
+    out = []
+    for req in reqs:
+        info = by_name[_norm(parse_requirement(req)[0])]
+        out.append({"requirement": req, "file": info["url"].rsplit("/", 1)[-1],
+                    "sha256": info.get("archive_info", {}).get("hashes", {}).get("sha256", "")})
+    return out
+
+
+def _compare(resolved: list[dict], recorded: dict[str, str]) -> list[str]:
+    bad = []
+    for w in resolved:
+        want = recorded.get(w["file"])
+        state = "no committed record of this file" if want is None else \
+            "matches the committed results' record" if want == w["sha256"] else "DIFFERS from the committed record"
+        print(f"[pack]   {w['requirement']}: {w['file']} sha256 {w['sha256'][:16]}... {state}")
+        if want is not None and want != w["sha256"]:
+            bad.append(f"{w['file']}: index serves sha256 {w['sha256']}, the committed results' runs used {want}")
+    return bad
+
+
+def _py(python_version: str | None) -> tuple[str, str]:
+    """('3.12', 'cp312') for the given version, default this interpreter's."""
+    py = python_version or f"{sys.version_info.major}.{sys.version_info.minor}"
+    return py, "cp" + py.replace(".", "")
+
+
+def download_and_build(wheels_dir: Path, out_dir: Path, specs: dict[str, dict], dry_run: bool = False,
+                       python_version: str | None = None) -> int:
+    """Resolve the pinned wheels (metadata only) and compare their sha256 with the committed records; then,
+    unless dry_run, download them, check the files' sha256 against what was resolved, and build the pack."""
+    import subprocess
+    reqs = requirements(specs)
+    py, tag = _py(python_version)
+    cmd = pip_download_cmd(reqs, wheels_dir, py)
+    print("[pack] plan: " + " ".join(cmd))
+    print(f"[pack] plan: python -m baselines.pack --wheels {wheels_dir} --out {out_dir} --python-tag {tag}")
+    resolved = resolve(reqs, py)
+    bad = _compare(resolved, recorded_hashes())
+    if bad:
+        print("[pack] refusing: " + "; ".join(bad), file=sys.stderr)
+        return 1
+    if dry_run:
+        print(f"[pack] dry run: the index serves all {len(reqs)} pinned wheels; nothing downloaded, no pack built")
+        return 0
+    wheels_dir.mkdir(parents=True, exist_ok=True)
+    subprocess.run(cmd, check=True)
+    wheels = [find_wheel(wheels_dir, r, tag) for r in reqs]
+    expect = {w["file"]: w["sha256"] for w in resolved}
+    bad = [f"{w.name}: sha256 {got} != {expect[w.name]}" for w in wheels
+           if w.name in expect and expect[w.name] and (got := _sha256(w)) != expect[w.name]]
+    if bad:
+        print("[pack] refusing to build: " + "; ".join(bad), file=sys.stderr)
+        return 1
+    return _report(build_pack(wheels_dir, out_dir, specs, tag), out_dir)
+
+
+def install_dsl(wheels_dir: Path, out_dir: Path, dry_run: bool = False) -> int:
+    """Download FlashInfer's CuTe DSL (SHIP_WHEELS, pinned), record their sha256 beside the pack, pip-install
+    them without their own dependency pins (the exact wheels the air-gapped route installs), then the plain
+    runtime dependencies their metadata declares (numpy, cuda-python, ...), resolved by pip."""
+    import subprocess
+    from baselines.ship_parts import collect_ship_wheels
+    reqs = collect_ship_wheels(BASELINES_DIR)
+    dest = wheels_dir / "dsl"
+    cmd = pip_download_cmd(reqs, dest)
+    install = [sys.executable, "-m", "pip", "install", "-q", "--no-deps"]
+    print("[pack] plan: " + " ".join(cmd))
+    print("[pack] plan: " + " ".join(install) + f" {dest}/*.whl, then their declared runtime dependencies")
+    _compare(resolve(reqs), recorded_hashes())
+    if dry_run:
+        print(f"[pack] dry run: {', '.join(reqs)}; nothing downloaded or installed")
+        return 0
+    dest.mkdir(parents=True, exist_ok=True)
+    subprocess.run(cmd, check=True)
+    wheels = [find_wheel(dest, r, f"cp{sys.version_info.major}{sys.version_info.minor}") for r in reqs]
+    subprocess.run(install + [str(w) for w in wheels], check=True)
+    deps = sorted({d for w in wheels for d in _runtime_requires(w)})
+    if deps:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", *deps], check=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / DSL_RECORD).write_text(json.dumps(
+        {"installed_by": "python -m baselines.pack --install-dsl", "python": sys.executable,
+         "wheels": [{"file": w.name, "sha256": _sha256(w)} for w in wheels], "runtime_requires": deps},
+        indent=1) + "\n")
+    print(f"[pack] installed {', '.join(w.name for w in wheels)}; sha256 in {out_dir / DSL_RECORD}")
+    return 0
+
+
+def _runtime_requires(wheel: Path) -> list[str]:
+    """Requires-Dist of a wheel that applies here: no extras, markers true, not a CuTe-DSL wheel itself."""
+    from packaging.requirements import Requirement
+    with zipfile.ZipFile(wheel) as z:
+        meta = next((n for n in z.namelist() if n.endswith(".dist-info/METADATA")), None)
+        text = z.read(meta).decode() if meta else ""
+    out = []
+    for line in text.splitlines():
+        if not line.startswith("Requires-Dist:"):
+            continue
+        req = Requirement(line.split(":", 1)[1].strip())
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        if req.name.startswith("nvidia-cutlass-dsl"):
+            continue
+        out.append(str(req))
+    return out
+
+
+def _report(man: dict, out: Path) -> int:
+    for fw in man["frameworks"]:
+        ext = ", ".join(fw["external"]) or "-"
+        print(f"{fw['requirement']}: {len(fw['modules'])} modules for {', '.join(fw['adapters'])}; external: {ext}")
+    print(f"wrote {man['files']} files, {man['bytes'] / 2**20:.2f} MiB to {out}/{SITE}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m baselines.pack", description=__doc__.split("\n\n")[0])
     ap.add_argument("--wheels", default=".whl", type=Path, help="folder holding the downloaded official wheels")
     ap.add_argument("--out", default=".baseline_pack", type=Path, help="pack folder to (re)build")
     ap.add_argument("--python-tag", default="cp312", help="preferred wheel build when several are present")
     ap.add_argument("--only", nargs="*", help="requirements to pack (default: every adapter's)")
+    net = ap.add_argument_group("networked set-up (./run_all.sh calls these on a GPU host that reaches the index)")
+    net.add_argument("--download", action="store_true",
+                     help="pip-download the pinned wheels into --wheels (this interpreter's Python), check them "
+                          "against the committed results' sha256 records, then build the pack")
+    net.add_argument("--install-dsl", action="store_true",
+                     help="download and pip-install FlashInfer's CuTe DSL (the adapters' SHIP_WHEELS)")
+    net.add_argument("--probe-index", action="store_true",
+                     help=f"exit 0 if pip can download {PROBE_WHEEL} (140 kB), else 1")
+    net.add_argument("--dry-run", action="store_true",
+                     help="with --download / --install-dsl: resolve the wheels on the index (metadata only), compare "
+                          "their sha256 with the committed records and print the plan; download nothing")
+    net.add_argument("--python-version", default=None,
+                     help="with --download: the Python of the host that will load the pack (default: this one), "
+                          "e.g. 3.12 to build on a networked machine for an air-gapped GPU host")
     args = ap.parse_args(argv)
     if not args.wheels.is_dir():
         ap.error(f"--wheels {args.wheels}: no such folder (download the official wheels into it first)")
@@ -360,12 +571,17 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             ap.error(f"--only: no adapter declares {sorted(unknown)}; declared: {sorted(specs)}")
         specs = {k: v for k, v in specs.items() if k in wanted}
-    man = build_pack(args.wheels, args.out, specs, args.python_tag)
-    for fw in man["frameworks"]:
-        ext = ", ".join(fw["external"]) or "-"
-        print(f"{fw['requirement']}: {len(fw['modules'])} modules for {', '.join(fw['adapters'])}; external: {ext}")
-    print(f"wrote {man['files']} files, {man['bytes'] / 2**20:.2f} MiB to {args.out}/{SITE}")
-    return 0
+    if args.probe_index:
+        ok, msg = probe_index()
+        print(f"[pack] {msg}")
+        return 0 if ok else 1
+    if args.download or args.install_dsl:
+        rc = download_and_build(args.wheels, args.out, specs, args.dry_run, args.python_version) \
+            if args.download else 0
+        if rc == 0 and args.install_dsl:
+            rc = install_dsl(args.wheels, args.out, args.dry_run)
+        return rc
+    return _report(build_pack(args.wheels, args.out, specs, args.python_tag), args.out)
 
 
 if __name__ == "__main__":

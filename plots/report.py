@@ -1,12 +1,16 @@
-"""results/REPORT.md: every paper number (docs/design.md §7) beside ours, the environment, and what did not run.
+"""results/REPORT.md: every paper number (docs/design.md §7) beside ours, the environment, and what did not run;
+and README.md's claims table (between its `<!-- claims:begin -->` / `<!-- claims:end -->` markers), the same
+numbers grouped by the paper's claims with the command and the recorded GPU time of each suite.
 
 Generated from results/ alone and deterministic (no timestamp of its own), so regenerating from unchanged
 results changes nothing. "ours" for each paper number comes from plots/ours.py.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
+import sys
 from pathlib import Path
 
 from plots import fig_breakdown, paper
@@ -161,3 +165,129 @@ def write(res: Results, path: Path, figures: list[Path] | None = None) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(build(res, figures, path.parent))
     return path
+
+
+# ---------------------------------------------------------------- README.md's claims table
+CLAIMS_BEGIN, CLAIMS_END = "<!-- claims:begin -->", "<!-- claims:end -->"
+_S = "fig7a.median_speedup."
+# (question, the paper's claim, its numbers in plots/paper.py, how they are joined, the suite that measures them)
+CLAIMS: list[tuple[str, str, tuple[str, ...], str, str]] = [
+    ("Q1", "Fig 6: full-model decode-forward speedup, OneLA over Controlled FullState (R=4 W=256, prompt 1K and "
+           "5K, O=3-7), smallest-largest", ("fig6.speedup_vs_controlled.min", "fig6.speedup_vs_controlled.max"),
+     " – ", "full_model"),
+    ("Q1", "Fig 6: Controlled FullState's distance to vLLM FullState, smallest-largest",
+     ("fig6.controlled_vs_vllm.min", "fig6.controlled_vs_vllm.max"), " – ", "full_model"),
+    ("Q2", "Fig 7a: median latency speedup over vLLM / SGLang FullState (405 shapes)",
+     (_S + "vllm_fullstate", _S + "sglang_fullstate"), " / ", "operator"),
+    ("Q2", "Fig 7a: median latency speedup over vLLM / SGLang ReplaySSM",
+     (_S + "vllm_replayssm", _S + "sglang_replayssm"), " / ", "operator"),
+    ("Q2", "Fig 7a: median latency speedup over FlashInfer / TensorRT-LLM",
+     (_S + "flashinfer_fullstate", _S + "trtllm_fullstate"), " / ", "operator"),
+    ("Q2", "Fig 7a: OneLA latency at R=16 W=512 (Qwen3.5-0.8B heads), O=3 / O=7",
+     ("fig7a.onela_largest_qwen.O3", "fig7a.onela_largest_qwen.O7"), " / ", "operator"),
+    ("Q2", "Fig 7: OneLA max error against FP32 FullState over the 405 shapes", ("fig7.max_abs_err",), "",
+     "operator"),
+    ("Q2", "Fig 7b: median persistent-capacity reduction, largest over the baselines",
+     ("fig7b.max_median_capacity_reduction",), "", "operator"),
+    ("Q3", "Fig 8a: OneLA recurrent-path latency (R=4 W=512), O=3 / O=7",
+     ("fig8a.latency.onela.O3", "fig8a.latency.onela.O7"), " / ", "recurrent_path"),
+    ("Q3", "Fig 8a: vLLM FullState / OneLA latency, O=3 / O=7",
+     ("fig8a.reduction_vs_fullstate.O3", "fig8a.reduction_vs_fullstate.O7"), " / ", "recurrent_path"),
+    ("Q3", "Fig 8b: OneLA persistent recurrent-state capacity, O=3 / O=7",
+     ("fig8b.capacity.onela.O3", "fig8b.capacity.onela.O7"), " / ", "recurrent_path"),
+    ("Q3", "Fig 8b: OneLA recurrent-state writes, O=3 / O=7", ("fig8b.writes.onela.O3", "fig8b.writes.onela.O7"),
+     " / ", "recurrent_path"),
+    ("Q3", "Fig 8b: vLLM FullState / OneLA capacity, O=3 / O=7",
+     ("fig8b.capacity_reduction_vs_fullstate.O3", "fig8b.capacity_reduction_vs_fullstate.O7"), " / ",
+     "recurrent_path"),
+    ("Q3", "Fig 8c: OneLA DRAM traffic (read + write), O=3", ("fig8c.traffic.onela.O3",), "", "traffic"),
+    ("Q3", "Fig 8c: vLLM FullState / vLLM ReplaySSM traffic over OneLA's, O=3",
+     ("fig8c.traffic_reduction.vllm_fullstate.O3", "fig8c.traffic_reduction.vllm_replayssm.O3"), " / ", "traffic"),
+]
+
+
+def suite_wall(results_dir: Path, suite: str) -> tuple[float, int, int]:
+    """(seconds, rows covered, rows) of the runs behind results/<suite>.csv: each run's recorded wall time
+    (env/<run_id>.wall.json, written by every sweep run) pro rata to the share of its cells still in the table."""
+    from plots.data import read_csv
+    f = Path(results_dir) / f"{suite}.csv"
+    if not f.is_file():
+        return 0.0, 0, 0
+    counts = read_csv(f)["run_id"].value_counts()
+    secs, covered = 0.0, 0
+    for run_id, n in counts.items():
+        wf = Path(results_dir) / "env" / f"{run_id}.wall.json"
+        if not wf.is_file():
+            continue
+        rec = json.loads(wf.read_text())
+        secs += rec["wall_s"] * min(1.0, int(n) / max(1, int(rec.get("cells", n))))
+        covered += int(n)
+    return secs, covered, int(counts.sum())
+
+
+def expected_time(results_dir: Path, suite: str) -> str:
+    """A suite's recorded GPU wall time as text ('20 min'), or 'not measured'."""
+    secs, covered, rows = suite_wall(results_dir, suite)
+    if not covered:
+        return "not measured"
+    mins = secs / 60
+    text = f"{mins:.0f} min" if mins >= 10 else f"{mins:.1f} min"
+    return text if covered == rows else f"{text} for {covered} of {rows} cells; the rest not measured"
+
+
+def claims(res: Results) -> list[str]:
+    m = measures()
+    by_key = paper.BY_KEY
+    times = {s: expected_time(res.root, s) for s in ("operator", "recurrent_path", "traffic", "full_model")}
+    rows = []
+    for q, text, keys, join, suite in CLAIMS:
+        nums = [by_key[k] for k in keys]
+        ours = [fmt(m[k](res).value, by_key[k].unit) for k in keys]
+        rows.append([q, text, join.join(n.text + UNIT[n.unit] for n in nums), join.join(ours),
+                     f"`python -m sweeps.run suite={suite}`", times[suite]])
+    return _table(["", "paper claim", "paper", "reproduced", "command", "H200 time"], rows)
+
+
+def claims_block(res: Results) -> str:
+    """The text between README.md's claims markers (markers excluded)."""
+    return "\n".join([
+        "Generated by `python -m plots` from the committed `results/` (every number, with how it is computed: "
+        "`results/REPORT.md`); do not edit by hand. \"H200 time\": the recorded wall time of the runs behind "
+        "the committed rows (`results/env/<run_id>.wall.json`), pro rata to the rows each run still holds.",
+        "", *claims(res)])
+
+
+def update_readme(readme: Path, res: Results) -> bool:
+    """Write the claims block into README.md between its markers; True if the file changed."""
+    text = readme.read_text()
+    if CLAIMS_BEGIN not in text or CLAIMS_END not in text:
+        raise ValueError(f"{readme} has no {CLAIMS_BEGIN} ... {CLAIMS_END} markers")
+    head, rest = text.split(CLAIMS_BEGIN, 1)
+    _, tail = rest.split(CLAIMS_END, 1)
+    new = f"{head}{CLAIMS_BEGIN}\n{claims_block(res)}\n{CLAIMS_END}{tail}"
+    if new != text:
+        readme.write_text(new)
+    return new != text
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m plots.report expected SUITE [SUITE ...] [--results DIR] [--fallback TEXT]`: recorded GPU times
+    (./run_all.sh prints them before each stage)."""
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m plots.report", description=main.__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ex = sub.add_parser("expected", help="each suite's recorded GPU wall time, one line per suite "
+                                          "(with several suites: '<suite><TAB><time>')")
+    ex.add_argument("suites", nargs="+")
+    ex.add_argument("--results", default="results")
+    ex.add_argument("--fallback", default="not measured", help="printed when no run of the suite is recorded")
+    args = ap.parse_args(argv)
+    for suite in args.suites:
+        text = expected_time(Path(args.results), suite)
+        text = args.fallback if text == "not measured" else text
+        print(f"{suite}\t{text}" if len(args.suites) > 1 else text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

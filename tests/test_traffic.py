@@ -424,7 +424,7 @@ def _copy_ratios(attempt_name, tmp_path, sizes=(1 << 30, 16 << 20)):
 def test_ncu_counts_a_copy_of_known_size(attempt, tmp_path):
     """1 GiB: the copy itself; 16 MiB: fits in L2, so its writes reach DRAM only through the drain. Both methods
     count a few MiB of writes more than the copy makes, whatever its size (H200: 3.5-3.8 MiB at 16 MiB, 2.8-3.3 MiB
-    at 1 GiB in the calibrations of `results/traffic/calibration_sizes/`): the bound says so."""
+    at 1 GiB in the calibrations of `results/experiments/traffic_calibration/`): the bound says so."""
     cal, ratios = _copy_ratios(attempt, tmp_path)
     (big_r, big_w), (small_r, small_w) = ratios
     assert big_r == pytest.approx(1.0, rel=0.05) and big_w == pytest.approx(1.0, rel=0.05), cal

@@ -28,8 +28,8 @@ def conv_gates(x, hist: list, conv_w, a, b, A_log, dt_bias):
     Fresh outputs, not writes into the decoder's per-step buffers: Inductor's autotune benchmarks a kernel that
     mutates an argument with a clone of that argument inside the timed call, and the clone's cost hides the
     difference between launch configs, so the pick becomes arbitrary per process (the step-0 conv's configs differ
-    several-fold; results/full_model_inductor_conv/autotune_log/). Nothing is mutated here, so nothing is
-    cloned."""
+    several-fold; results/experiments/full_model/inductor_conv/autotune_log/). Nothing is mutated here, so
+    nothing is cloned."""
     mixed = causal_conv_step(hist, x, conv_w, read=window)
     g, beta = gdn_gates(a, b, A_log, dt_bias)
     return mixed, g, beta
@@ -69,7 +69,8 @@ class DecodeOps:
                     setattr(torch._dynamo.config, key, max(64, getattr(torch._dynamo.config, key)))
         # No device-side bound check on gathered indices: the ancestry columns and parents are built in range
         # (artifact.model.beam_state; CPU-tested), and Inductor's per-element `tl.device_assert` in the conv with
-        # the ancestral gather inside costs more than the gather itself (results/full_model_assert_ab/).
+        # the ancestral gather inside costs more than the gather itself
+        # (results/experiments/full_model/assert_ab/).
         # Applied to every path; only OneLA's ops gather.
         opts = {"assert_indirect_indexing": False}
         for name, fn in FUNCTIONS.items():

@@ -1,0 +1,169 @@
+"""`python -m plots.check` (plots/check.py) on run folders made here from the committed results.
+
+A "run" is a copy of committed rows (the cells `./run_all.sh quick` measures), re-labelled as a new run with its
+own env record, then perturbed the way a real rerun or a broken one would be. Nothing is written into results/.
+"""
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from artifact.results import COLUMNS
+from plots import check
+from plots.data import load_results
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "results"
+BASELINES = ("vllm_fullstate", "vllm_replayssm", "sglang_fullstate", "sglang_replayssm", "flashinfer_fullstate",
+             "trtllm_fullstate")
+NO_PACK = "cannot import vllm.model_executor.layers.fla.ops from pack .baseline_pack/site (no baseline pack built)"
+
+
+@functools.cache
+def _committed(suite: str) -> pd.DataFrame:
+    return pd.read_csv(RESULTS / f"{suite}.csv", dtype=str, keep_default_na=False)
+
+
+def _read(suite: str) -> pd.DataFrame:
+    return _committed(suite).copy()
+
+
+def quick_rows() -> dict[str, pd.DataFrame]:
+    """The committed rows of the cells `./run_all.sh quick` runs (sweeps/conf/suite/quick_*.yaml)."""
+    op = _read("operator")
+    sel = ((op.R == "4") & (op.W == "128") & (op["T"] == "2")) | \
+        ((op.geometry == "qwen3_5_0_8b") & (op.R == "16") & (op.W == "512") & op["T"].isin(["2", "6"]))
+    fm = _read("full_model")
+    fm = fm[(fm["T"] == "2") & fm.path.isin(["onela", "controlled_fullstate", "vllm_fullstate"])]
+    tr = _read("traffic")
+    tr = tr[(tr["T"] == "2") & tr.path.isin(["onela", "controlled_fullstate"])]
+    return {"operator": op[sel], "recurrent_path": _read("recurrent_path"), "full_model": fm, "traffic": tr}
+
+
+def write_run(root: Path, tables: dict[str, pd.DataFrame], gpu: str = "NVIDIA H200", run_id: str = "quick-test",
+              scale: float = 1.0, no_pack: bool = False) -> Path:
+    """A run folder: the tables as one new run (latencies x scale), its env record naming `gpu`."""
+    root.mkdir(parents=True, exist_ok=True)
+    for suite, df in tables.items():
+        df = df.copy()
+        df["run_id"] = run_id
+        lat = pd.to_numeric(df["latency_ms"].replace("", np.nan))
+        df["latency_ms"] = (lat * scale).map(lambda x: "" if pd.isna(x) else repr(float(x)))
+        if no_pack:
+            base = df.path.isin(BASELINES)
+            for c in ("latency_ms", "p20_ms", "p80_ms", "persistent_bytes", "written_bytes", "dram_read_bytes",
+                      "dram_write_bytes", "max_abs_err"):
+                df.loc[base, c] = ""
+            df.loc[base, "status"] = "skipped"
+            df.loc[base, "reason"] = NO_PACK
+        df[COLUMNS].to_csv(root / f"{suite}.csv", index=False)
+    (root / "env").mkdir(exist_ok=True)
+    (root / "env" / f"{run_id}.json").write_text(json.dumps({"run_id": run_id, "gpu": gpu}))
+    return root
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return load_results(RESULTS)
+
+
+@pytest.fixture
+def run_check(reference):
+    """check.check against the committed results (loaded once for the module), as `python -m plots.check` prints."""
+    def run(path: Path) -> tuple[int, str]:
+        code, text = check.check(path, RESULTS, ref=reference)
+        return code, text
+    return run
+
+
+def line(out: str, start: str) -> str:
+    hits = [ln for ln in out.splitlines() if ln.startswith(f"| {start}")]
+    assert hits, f"no line starting {start!r}"
+    return hits[0]
+
+
+def test_committed_results_pass_against_themselves(capsys, tmp_path):
+    """The command line: `python -m plots.check` = the committed results against themselves and the paper."""
+    code = check.main(["--out", str(tmp_path / "check.txt")])
+    out = capsys.readouterr().out
+    assert code == check.EXIT_OK, out
+    assert "[check] passed" in out and "FAIL" not in out
+    assert "| metric | paper | reference | this run | ratio | verdict |" in out
+    assert (tmp_path / "check.txt").read_text().strip() == out.strip()
+
+
+def test_quick_run_without_the_pack_passes_and_names_what_did_not_run(tmp_path, run_check):
+    """The H200 quick path without a baseline pack: OneLA and the controlled paths compared, the framework
+    rows 'not run' with their reason, latencies 5 % off still within tolerance."""
+    run = write_run(tmp_path / "run", quick_rows(), scale=1.05, no_pack=True)
+    code, out = run_check(run)
+    assert code == check.EXIT_OK, out
+    assert "ok" in line(out, "Fig 8a: recurrent-path latency, R=4 W=512 Qwen, OneLA, O=3")
+    assert "1.050" in line(out, "Fig 8a: recurrent-path latency, R=4 W=512 Qwen, OneLA, O=3")
+    assert "not run" in line(out, "Fig 8a: vLLM FullState / OneLA latency, O=3") and "no baseline pack" in out
+    assert "ok" in line(out, "Fig 7a: OneLA latency, R=16 W=512")
+    assert "ok" in line(out, "Fig 8b: OneLA persistent recurrent-state capacity, O=3")
+    assert "ok" in line(out, "full_model: OneLA latency")
+    assert "not run" in line(out, "operator: vLLM FullState latency")
+
+
+@pytest.mark.parametrize("what", ["latency", "bytes", "failed", "traffic"])
+def test_a_tampered_run_fails(tmp_path, run_check, what):
+    tables = quick_rows()
+    rp = tables["recurrent_path"].copy()
+    onela = rp.index[(rp.path == "onela") & (rp["T"] == "2")][0]
+    if what == "latency":
+        rp.loc[onela, "latency_ms"] = repr(float(rp.loc[onela, "latency_ms"]) * 1.3)
+    elif what == "bytes":
+        rp.loc[onela, "persistent_bytes"] = str(int(rp.loc[onela, "persistent_bytes"]) + 4096)
+    elif what == "failed":
+        rp.loc[onela, "status"] = "failed"
+        rp.loc[onela, "reason"] = "max_abs_err 3.1e-2 > tolerance 4.88e-4"
+    else:
+        tr = tables["traffic"].copy()
+        i = tr.index[tr.path == "onela"][0]
+        tr.loc[i, "dram_read_bytes"] = str(int(float(tr.loc[i, "dram_read_bytes"]) * 1.5))
+        tables["traffic"] = tr
+    tables["recurrent_path"] = rp
+    code, out = run_check(write_run(tmp_path / "run", tables))
+    assert code == check.EXIT_FAIL, out
+    assert "[check] FAILED" in out
+    expect = {"latency": "Fig 8a: recurrent-path latency, R=4 W=512 Qwen, OneLA, O=3", "bytes": "recurrent_path: OneLA capacity and writes",
+              "failed": "correctness: failed cells in this run", "traffic": "Fig 8c: OneLA DRAM traffic"}[what]
+    assert "FAIL" in line(out, expect)
+
+
+def test_another_gpu_model_is_shown_not_judged(tmp_path, run_check):
+    run = write_run(tmp_path / "run", quick_rows(), gpu="NVIDIA H100 80GB HBM3", scale=1.4)
+    code, out = run_check(run)
+    assert code == check.EXIT_OK, out
+    assert "not the same model" in out
+    assert "other GPU" in line(out, "Fig 8a: recurrent-path latency, R=4 W=512 Qwen, OneLA, O=3")
+
+
+def test_a_run_with_no_matching_rows_says_so(tmp_path, run_check):
+    smoke = _read("recurrent_path").head(4).copy()
+    smoke["suite"] = "smoke"
+    smoke["config_hash"] = ["0000000000000000", "1111111111111111", "2222222222222222", "3333333333333333"]
+    code, out = run_check(write_run(tmp_path / "run", {"smoke": smoke}))
+    assert code == check.EXIT_NOTHING, out
+    assert "no row of" in out and "matches a reference row" in out
+
+
+def test_an_empty_folder_has_nothing_to_compare(tmp_path, run_check):
+    (tmp_path / "empty").mkdir()
+    code, out = run_check(tmp_path / "empty")
+    assert code == check.EXIT_NOTHING and "no results rows" in out
+    code, out = run_check(tmp_path / "missing")
+    assert code == check.EXIT_NOTHING and "not a folder" in out
+
+
+def test_every_paper_number_has_a_tolerance():
+    from plots import paper
+    for n in paper.NUMBERS:
+        assert check.kind_of(n.key) in check.TOLERANCES

@@ -1,0 +1,142 @@
+"""./run_all.sh's plans (ONELA_DRY_RUN: every stage printed with its expected duration, nothing run), the quick
+path's cells (a subset of the committed ones, hashed alike), and the networked pack set-up with pip faked."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from hydra import compose, initialize_config_module
+
+import sweeps.schema  # noqa: F401 - registers the structured configs
+from baselines import pack
+from sweeps.spec import shard_cells, validate
+
+REPO = Path(__file__).resolve().parent.parent
+QUICK = {"quick_operator": "operator", "quick_operator_qwen": "operator", "quick_full_model": "full_model",
+         "quick_traffic": "traffic", "recurrent_path": "recurrent_path"}
+
+
+def run_all(*args: str, **env) -> str:
+    e = {**os.environ, "ONELA_VENV": "none", "ONELA_PYTHON": sys.executable, "PYTHONPATH": str(REPO), **env}
+    r = subprocess.run(["./run_all.sh", *args], cwd=REPO, env=e, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout
+
+
+@pytest.mark.parametrize("suite", QUICK)
+def test_quick_cells_are_committed_cells(suite):
+    """Every cell of the quick path hashes like a committed row (a GPU's default prompt length), so
+    `python -m plots.check` compares it with that row."""
+    with initialize_config_module("sweeps.conf", version_base="1.3"):
+        spec = validate(compose("config", overrides=[f"suite={suite}"]))
+    assert spec.suite == QUICK[suite]
+    cells = shard_cells(spec, torch.device("cuda"))
+    committed = set(pd.read_csv(REPO / "results" / f"{QUICK[suite]}.csv", dtype=str)["config_hash"])
+    missing = [c for c in cells if c["config_hash"] not in committed]
+    assert cells and not missing, missing[:3]
+
+
+def test_gpu_quick_plan_on_an_air_gapped_host(tmp_path):
+    out = run_all("quick", ONELA_DRY_RUN="gpu", ONELA_OFFLINE="1", ONELA_BASELINE_PACK=str(tmp_path / "none"))
+    lines = out.splitlines()
+    pack_note = [ln for ln in lines if "no baseline pack and no package index" in ln]
+    assert len(pack_note) == 1 and "python -m baselines.pack --download" in pack_note[0]
+    assert "--download --wheels" not in out                       # nothing is fetched
+    stages = [ln for ln in lines if "] stage " in ln]
+    for suite in ("recurrent_path", "quick_operator", "quick_operator_qwen", "quick_full_model"):
+        assert any(f"suite={suite} results_dir=outputs/quick/" in ln for ln in lines), suite
+    assert all("-- expected: " in ln for ln in stages) and len(stages) >= 5
+    assert "plots.check outputs/quick/" in out
+
+
+def test_gpu_plan_uses_a_present_pack(tmp_path):
+    (tmp_path / "pack").mkdir()
+    (tmp_path / "pack" / "MANIFEST.json").write_text("{}")
+    out = run_all("quick", ONELA_DRY_RUN="gpu", ONELA_OFFLINE="1", ONELA_BASELINE_PACK=str(tmp_path / "pack"))
+    assert "(present)" in out and "no baseline pack" not in out
+
+
+def test_gpu_reproduce_plan_prints_recorded_suite_times(tmp_path):
+    from plots.report import expected_time
+    out = run_all("reproduce", ONELA_DRY_RUN="gpu", ONELA_OFFLINE="1", ONELA_BASELINE_PACK=str(tmp_path / "none"))
+    assert f"operator suite, 405 shapes x 8 paths (Fig 7) -- expected: {expected_time(REPO / 'results', 'operator')}" \
+        in out
+    assert "sweeps.run suite=full_model results_dir=outputs/reproduce/" in out
+    assert "plots --results outputs/reproduce/" in out
+
+
+def test_cpu_quick_plan():
+    out = run_all("quick", ONELA_DRY_RUN="1")
+    assert "suite=smoke results_dir=outputs/smoke/" in out and "plots.check results" in out
+
+
+# ---------------------------------------------------------------- the networked pack set-up, pip faked
+
+def _fake_wheel(d: Path) -> Path:
+    w = d / "fakefw-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(w, "w") as z:
+        z.writestr("fakefw/__init__.py", "")
+        z.writestr("fakefw/kern.py", "from fakefw.util import X\n")
+        z.writestr("fakefw/util.py", "X = 1\n")
+        z.writestr("fakefw-1.0.dist-info/METADATA", "Metadata-Version: 2.1\nName: fakefw\nVersion: 1.0\n")
+    return w
+
+
+@pytest.fixture
+def fake_pip(tmp_path, monkeypatch):
+    """subprocess.run as pip would answer: a dry-run report naming the wheel and its sha256, or a download."""
+    src = _fake_wheel(tmp_path)
+    sha = hashlib.sha256(src.read_bytes()).hexdigest()
+    calls = []
+
+    def run(cmd, *a, **k):
+        calls.append(cmd)
+        if "--report" in cmd:
+            report = {"install": [{"metadata": {"name": "fakefw"}, "download_info": {
+                "url": f"https://files.example/{src.name}", "archive_info": {"hashes": {"sha256": sha}}}}]}
+            return subprocess.CompletedProcess(cmd, 0, json.dumps(report), "")
+        if "download" in cmd:
+            dest = Path(cmd[cmd.index("-d") + 1])
+            dest.mkdir(parents=True, exist_ok=True)
+            (dest / src.name).write_bytes(src.read_bytes())
+            return subprocess.CompletedProcess(cmd, 0, "", "")
+        raise AssertionError(f"unexpected command {cmd}")
+
+    monkeypatch.setattr(subprocess, "run", run)
+    spec = {"wheel": "fakefw==1.0", "modules": ["fakefw.kern"], "follow_lazy": [], "stub_packages": [],
+            "extension_stubs": [], "placeholders": [], "deps": [], "adapters": ["fake"]}
+    return {"specs": {"fakefw==1.0": spec}, "sha": sha, "file": src.name, "calls": calls}
+
+
+def test_pack_download_checks_hashes_then_builds(tmp_path, fake_pip, monkeypatch):
+    monkeypatch.setattr(pack, "recorded_hashes", lambda: {fake_pip["file"]: fake_pip["sha"]})
+    assert pack.download_and_build(tmp_path / "whl", tmp_path / "pk", fake_pip["specs"], dry_run=True) == 0
+    assert not (tmp_path / "pk").exists() and not any("download" in c for c in fake_pip["calls"])
+    assert pack.download_and_build(tmp_path / "whl", tmp_path / "pk", fake_pip["specs"],
+                                   python_version="3.12") == 0
+    man = json.loads((tmp_path / "pk" / "MANIFEST.json").read_text())
+    assert man["frameworks"][0]["wheels"][0]["sha256"] == fake_pip["sha"]
+    assert man["frameworks"][0]["modules"] == ["fakefw", "fakefw.kern", "fakefw.util"]
+    download = next(c for c in fake_pip["calls"] if "download" in c)
+    assert download[download.index("--python-version") + 1] == "3.12" and "fakefw==1.0" in download
+
+
+def test_pack_download_refuses_a_wheel_that_differs_from_the_record(tmp_path, fake_pip, monkeypatch):
+    monkeypatch.setattr(pack, "recorded_hashes", lambda: {fake_pip["file"]: "0" * 64})
+    assert pack.download_and_build(tmp_path / "whl", tmp_path / "pk", fake_pip["specs"]) == 1
+    assert not (tmp_path / "pk").exists()
+
+
+def test_recorded_hashes_come_from_the_committed_env_records():
+    rec = pack.recorded_hashes()
+    reqs = pack.requirements(pack.collect_specs())
+    assert {"vllm==0.33.0", "sglang==0.5.23", "flashinfer-python==0.7.2.post1"} <= set(reqs)
+    assert any(f.startswith("vllm-0.33.0") for f in rec) and all(len(h) == 64 for h in rec.values())
