@@ -157,14 +157,20 @@ def append_row(csv_path: str | os.PathLike, row: dict) -> None:
     problems = check_row(row)
     if problems:
         raise ValueError("append_row: invalid row: " + "; ".join(problems))
+    append_csv(csv_path, COLUMNS, [text])
+
+
+def append_csv(csv_path: str | os.PathLike, columns, rows: list[dict]) -> None:
+    """Append rows (missing fields empty) under `columns`, writing the header into a new or empty file, and
+    flush them to disk: the one writer of the suites' tables and of the side tables beside them."""
     csv_path = Path(csv_path)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
     new = not csv_path.exists() or csv_path.stat().st_size == 0
     with open(csv_path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="raise")
+        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="raise")
         if new:
             w.writeheader()
-        w.writerow(text)
+        w.writerows({c: r.get(c, "") for c in columns} for r in rows)
         f.flush()
         os.fsync(f.fileno())
 

@@ -12,7 +12,6 @@ random prompt with the same distributions, so error bounds are measured at a pos
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 
 import torch

@@ -37,7 +37,7 @@ from plots import paper
 from plots.data import Results, load_results
 from plots.ours import measures
 from plots.report import UNIT, fmt
-from plots.style import REFERENCE_PATHS, display_name, ordered
+from plots.style import display_name, ordered
 
 CHECKED_SUITES = ("operator", "recurrent_path", "traffic", "full_model")
 EXIT_OK, EXIT_FAIL, EXIT_NOTHING = 0, 1, 2

@@ -1,5 +1,5 @@
 """Measurement tools beside the kernels and the sweeps, each `python -m tools.<name>` (its module docstring
-says what it measures); their logs are under results/kernels/.
+says what it measures); their logs are under results/experiments/kernels/.
 
 bench          the timed kernel table of onela and controlled_fullstate on one geometry (GPU)
 inspect        a compile report of the OneLA kernels for sm_90a: registers, spills, shared memory (any host)
@@ -7,3 +7,19 @@ launch_floor   what one launch per step costs when it only streams the step's by
 gather_bench   how fast a kernel that only gathers the ancestral 256 B records runs (GPU)
 suite_check    the onela path's correctness over the operator suite's shapes, untimed (GPU)
 """
+
+import argparse
+import sys
+
+
+def no_argument_gpu_tool(name: str, doc: str, writes: str, argv) -> bool:
+    """The command line of a tool that takes no arguments and needs a CUDA GPU: `--help` prints its docstring,
+    anything else is bad usage (exit 2); without a GPU it says so and the caller returns 2 (False here)."""
+    ap = argparse.ArgumentParser(prog=f"python -m tools.{name}", description=doc.splitlines()[0],
+                                 epilog=f"Writes {writes} (and its env record) into $OUT, else the current folder.")
+    ap.parse_args(argv)
+    import torch
+    if not torch.cuda.is_available():
+        print(f"tools.{name} needs a CUDA GPU (CPU timings are not performance)", file=sys.stderr)
+        return False
+    return True

@@ -75,19 +75,6 @@ def _run_id() -> str:
     return f"full_model_breakdown-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
-def _append(path: Path, rows: list[dict]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    new = not path.exists() or path.stat().st_size == 0
-    with open(path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=COLUMNS, extrasaction="raise")
-        if new:
-            w.writeheader()
-        for r in rows:
-            w.writerow({c: r.get(c, "") for c in COLUMNS})
-        f.flush()
-        os.fsync(f.fileno())
-
-
 def _write_table(path: Path, table: list[dict]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     names = list(table[0]) if table else ["call", "index", "name", "region", "component", "us"]
@@ -208,7 +195,7 @@ def main(argv=None) -> int:
     from artifact.model.config import get_model_config
     from artifact.model.network import HybridModel
     from artifact.model.prefill import prefill, random_prompts
-    from artifact.results import git_commit, write_env
+    from artifact.results import append_csv, git_commit, write_env
     from sweeps.suites.full_model import VLLM_ALIGN_BLOCK_QWEN3_5_0_8B, private_inductor_cache
     on_gpu = not args.cpu
     if not on_gpu:          # Triton decides at import whether to interpret: before any kernels module loads
@@ -251,7 +238,7 @@ def main(argv=None) -> int:
                 continue
             for r in rows:
                 r.update(run_id=run_id, git_commit=commit)
-            _append(out / CSV_NAME, rows)
+            append_csv(out / CSV_NAME, COLUMNS, rows)
             _write_table(out / "full_model_breakdown" / run_id / f"{cell}.csv", table)
             extra["cells"].append(summary)
             write_env(env_path, extra)

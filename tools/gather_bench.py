@@ -11,7 +11,6 @@ bytes, streamed) and the grid ordered heads-fastest; the store as [T, R, W, H, 1
 [T, R, H, W, 128] (`store_rhw`: GtrStore's memory order, a head's rows of one step contiguous, so a beam tile's
 rows are near one another). Reference: a torch copy of the same bytes. Each kernel is captured in a CUDA graph and
 timed by artifact.timing.time_replay (median, L2 flushed before each replay)."""
-import argparse
 import json
 import os
 import sys
@@ -23,6 +22,7 @@ import triton.language as tl
 from artifact.ancestry import build
 from artifact.timing import capture_graph, time_replay
 from artifact.workload import make_workload
+from tools import no_argument_gpu_tool
 
 
 @triton.jit
@@ -60,11 +60,7 @@ def bench(fn) -> float:
 def main(argv=None) -> int:
     """Takes no arguments (`--help` prints the docstring); anything else is bad usage (exit 2). Exit 2 without
     a CUDA GPU as well, before any work."""
-    ap = argparse.ArgumentParser(prog="python -m tools.gather_bench", description=__doc__.splitlines()[0],
-                                 epilog="Writes gather_bw.json (and its env record) into $OUT, else the current folder.")
-    ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("tools.gather_bench needs a CUDA GPU (CPU timings are not performance)", file=sys.stderr)
+    if not no_argument_gpu_tool("gather_bench", __doc__, "gather_bw.json", argv):
         return 2
     W, T, H, K, STEP = 512, 6, 16, 128, 5
     out = {}

@@ -15,7 +15,6 @@ another 256 MB, then the timed replay); median of 100 replays:
 - `empty`: T launches of a one-element kernel (what the launches alone cost);
 - `onela`: the path's default kernels on the bench's workload (gated against FP32 FullState first).
 `stream` is what a kernel that streams its bytes at copy speed, one launch per step, would take."""
-import argparse
 import json
 import os
 import sys
@@ -30,6 +29,7 @@ from artifact.results import env_record
 from artifact.timing import capture_graph, record_each, time_events
 from artifact.workload import make_workload
 from kernels.onela import OneLAPath, onela_step_bytes
+from tools import no_argument_gpu_tool
 
 _FLUSH = 256 * 10 ** 6 // 4
 
@@ -62,11 +62,7 @@ def _median_ms(replay, clean: bool, bufs, n: int = 100) -> float:
 def main(argv=None) -> int:
     """Takes no arguments (`--help` prints the docstring); anything else is bad usage (exit 2). Exit 2 without
     a CUDA GPU as well, before any work."""
-    ap = argparse.ArgumentParser(prog="python -m tools.launch_floor", description=__doc__.splitlines()[0],
-                                 epilog="Writes launch_floor.json (and its env record) into $OUT, else the current folder.")
-    ap.parse_args(argv)
-    if not torch.cuda.is_available():
-        print("tools.launch_floor needs a CUDA GPU (CPU timings are not performance)", file=sys.stderr)
+    if not no_argument_gpu_tool("launch_floor", __doc__, "launch_floor.json", argv):
         return 2
     ceilings = measure_ceilings()
     out = {"env": env_record({"ceilings": ceilings, "command": "python -m tools.launch_floor"}), "rows": []}
