@@ -10,6 +10,7 @@ CPU timings are not performance.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 
 import torch
@@ -49,7 +50,8 @@ def scramble_(wl: Workload) -> Workload:
 
 def path_tolerance(path, tolerance: float) -> float:
     """The gate a path is held to: the run's tolerance, or the path's own documented `gate_tolerance` when that
-    is looser (vllm_replayssm: its chunk kernel rounds to bf16 by design, baselines/vllm_replayssm.py)."""
+    is looser (vllm_prefix_replay: its chunk kernel rounds to bf16 by design, baselines/vllm_prefix_replay.py).
+    A row's `tolerance` is this applied value; its reason names the run's (gate_note)."""
     return max(tolerance, getattr(path, "gate_tolerance", 0.0))
 
 
@@ -58,6 +60,21 @@ def gate_note(path_name: str, applied: float, run_tolerance: float) -> str:
     if applied == run_tolerance:
         return ""
     return f"gated at {path_name}'s documented tolerance {applied:.2e}, not the run's {run_tolerance:.2e}"
+
+
+_GATE_NOTE = re.compile(r"gated at \S+'s documented tolerance (\S+), not the run's ([0-9.eE+-]+)")
+
+
+def run_tolerance(row: dict) -> float:
+    """The run's tolerance behind a results row: its `tolerance` column (the gate applied), or, where its reason
+    carries a gate_note, the run's tolerance that note names."""
+    m = _GATE_NOTE.search(row.get("reason") or "")
+    return float(m.group(2)) if m else float(row["tolerance"])
+
+
+def same_tolerance(a: float, b: float) -> bool:
+    """Tolerances equal as gate_note prints them (3 significant digits)."""
+    return f"{a:.2e}" == f"{b:.2e}"
 
 
 def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> float:

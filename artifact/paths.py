@@ -25,7 +25,7 @@ PATHS: dict[str, str] = {
     "onela": "kernels.onela:OneLAPath",
     "controlled_fullstate": "kernels.fullstate:ControlledFullStatePath",
     "vllm_fullstate": "baselines.vllm_fullstate:VllmFullStatePath",
-    "vllm_replayssm": "baselines.vllm_replayssm:VllmReplaySSMPath",
+    "vllm_prefix_replay": "baselines.vllm_prefix_replay:VllmPrefixReplayPath",
     "sglang_fullstate": "baselines.sglang_fullstate:SglangFullStatePath",
     "sglang_replayssm": "baselines.sglang_replayssm:SglangReplaySSMPath",
     "flashinfer_fullstate": "baselines.flashinfer_fullstate:FlashInferFullStatePath",

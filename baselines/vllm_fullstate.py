@@ -49,7 +49,7 @@ def kernel():
 
 
 def vllm_reason(geometry, shape, device) -> str | None:
-    """Why vLLM's fla kernels cannot run a cell (shared with vllm_replayssm); import failure first."""
+    """Why vLLM's fla kernels cannot run a cell (shared with vllm_prefix_replay); import failure first."""
     why = _load.unavailable_reason(PACK_SPEC, [KERNEL_MODULE])
     if why:
         return why

@@ -2,7 +2,8 @@
 
 Each bar is the decode-forward GPU time summed over the T = O - 1 decode calls of one beam search (Qwen3.5-0.8B
 geometry, R=4, W=256). Above OneLA's bar: its speedup over Controlled FullState on the same cell, the
-comparison the paper reports as 1.54-2.46x.
+comparison the paper reports as 1.54-2.46x. The vLLM bars are vLLM's kernels inside this project's decode
+pipeline (vLLM's engine pins another torch than the GPU host's), and the legend says so (PIPELINE_NAMES).
 """
 from __future__ import annotations
 
@@ -14,10 +15,12 @@ from plots import paper
 from plots.bars import grouped_bars
 from plots.data import Results, cell, paired_ratio, select
 from plots.ours import fig6_table
-from plots.style import REFERENCE_PATHS, colour, no_data, ordered, save
+from plots.style import REFERENCE_PATHS, colour, display_name, no_data, ordered, save
 
 STEM = "fig6_full_model"
-LOG_SPREAD = 20          # bars spanning more than this factor get a log axis (vLLM ReplaySSM is ~100x OneLA)
+PIPELINE_NAMES = {"vllm_fullstate": "vLLM FullState kernel (our pipeline)",
+                  "vllm_prefix_replay": "vLLM prefix-cache replay kernels (our pipeline)"}
+LOG_SPREAD = 20          # bars spanning more than this factor get a log axis (vLLM prefix-cache replay is ~100x OneLA)
 
 
 def _prompt_label(n: float) -> str:
@@ -68,6 +71,8 @@ def draw(res: Results):
     handles, labels = next(((h, lb) for h, lb in (a.get_legend_handles_labels() for a in axes[0]) if h),
                            ([], []))
     if handles:
+        names = {display_name(p): n for p, n in PIPELINE_NAMES.items()}
+        labels = [names.get(lb, lb) for lb in labels]
         fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False,
                    bbox_to_anchor=(0.5, -0.02))
         fig.text(0.99, -0.06, "bold label: OneLA speedup over Controlled FullState on that cell", ha="right",

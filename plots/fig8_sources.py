@@ -4,7 +4,11 @@
     (max of compulsory bytes / measured copy bandwidth and FLOPs / measured matrix rate, docs/design.md §5);
 (b) persistent recurrent-state capacity and bytes written to recurrent state;
 (c) physical DRAM traffic (read + write, hardware counters), arithmetic intensity written on each bar.
-(a) and (b) come from the recurrent_path suite, (c) from the traffic suite. Diamonds: the paper's values.
+(a) and (b) come from the recurrent_path suite, (c) from the traffic suite. Diamonds: the paper's values, hollow
+where the paper prints them, grey where derived from its OneLA values and its ratios; each sits at the right edge
+of its bar so the bar's value label reads in full. The paper's vLLM ReplaySSM has no GDN kernel in any released
+vLLM (plots.paper.NO_KERNEL): its values are triangles at SGLang's ReplaySSM kernel, not at vLLM's prefix-cache
+replay. A bar whose rows are all above the paper's 4.88e-4 error bound is not drawn; its slot says so.
 """
 from __future__ import annotations
 
@@ -14,10 +18,42 @@ import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 
 from plots import paper
-from plots.bars import bar_label, bar_x, crowded, floor_ticks, grouped_bars, paper_markers
+from plots.bars import bar_label, bar_x, crowded, floor_ticks, grouped_bars
 from plots.data import Results, cell
 from plots.ours import fig8_table
-from plots.style import MIB, REFERENCE_PATHS, no_data, ordered, paper_handle, plain_log, save, short
+from plots.style import MIB, PAPER_MARKER, REFERENCE_PATHS, no_data, ordered, paper_handle, plain_log, save, short
+
+DERIVED_MARKER = {**PAPER_MARKER, "facecolor": "#bdbdbd"}
+REPLAYSSM_MARKER = {**PAPER_MARKER, "marker": "^", "s": 34}
+
+
+def _paper_points(ax, groups: list, paths: list[str], metric_O) -> None:
+    """The paper's values of every system it reports for each group (metric_O(group) -> (metric, O)), each at
+    the right edge of its bar: the paper's vLLM ReplaySSM at SGLang's ReplaySSM kernel (no GDN kernel in vLLM)."""
+    width = 0.8 / max(len(paths), 1)
+    for system in ("onela", "vllm_fullstate", *paper.NO_KERNEL):
+        at = paper.REPLAYSSM_KERNEL if system in paper.NO_KERNEL else system
+        if at not in paths:
+            continue
+        for g in groups:
+            metric, O = metric_O(g)
+            got = paper.fig8_paper_value(system, metric, int(O))
+            if got is None:
+                continue
+            v, derived = got
+            style = REPLAYSSM_MARKER if system in paper.NO_KERNEL else DERIVED_MARKER if derived else PAPER_MARKER
+            if system in paper.NO_KERNEL and derived:
+                style = {**style, "facecolor": DERIVED_MARKER["facecolor"]}
+            ax.scatter([bar_x(groups, paths, at, g) + width * 0.36], [v], **style)
+
+
+def legend_markers() -> list:
+    from matplotlib.lines import Line2D
+    kw = dict(linestyle="", markersize=6, markeredgecolor="black")
+    return [(paper_handle(), "paper (§4.4)"),
+            (Line2D([], [], marker="D", markerfacecolor="#bdbdbd", **kw), "paper, derived from its ratios"),
+            (Line2D([], [], marker="^", markerfacecolor="white", **kw),
+             "paper's vLLM ReplaySSM (no GDN kernel in vLLM), at SGLang ReplaySSM")]
 
 STEM = "fig8_sources"
 
@@ -38,9 +74,7 @@ def _latency(ax, res: Results) -> bool:
                          lambda p, o: cell(df, p, "latency_ms", O=o), value_fmt=short)
     floors = {(p, o): cell(df, p, "floor_ms", O=o)[0] for p in paths for o in Os}
     has_floor = floor_ticks(ax, drawn, floors, 0.8 / len(paths))
-    pts = [(bar_x(Os, paths, p, o), paper.value(f"fig8a.latency.{p}.O{int(o)}")) for p in paths for o in Os
-           if f"fig8a.latency.{p}.O{int(o)}" in paper.BY_KEY]
-    paper_markers(ax, pts)
+    _paper_points(ax, Os, paths, lambda o: ("latency_ms", o))
     ax.set_yscale("log")
     ax.set_ylabel("latency over T = O - 1 steps (ms, log)")
     return has_floor
@@ -60,11 +94,7 @@ def _bytes(ax, res: Results) -> None:
         v, status = cell(df, p, g[0], O=g[1])
         return v / MIB, status
     grouped_bars(ax, groups, labels, paths, value, value_fmt=short)
-    keys = {("persistent_bytes", o): f"fig8b.capacity.onela.O{int(o)}" for o in Os}
-    keys.update({("written_bytes", o): f"fig8b.writes.onela.O{int(o)}" for o in Os})
-    if "onela" in paths:
-        paper_markers(ax, [(bar_x(groups, paths, "onela", g), paper.value(k)) for g, k in keys.items()
-                           if k in paper.BY_KEY])
+    _paper_points(ax, groups, paths, lambda g: g)
     ax.set_yscale("log")
     ax.set_ylabel("recurrent state (MiB, log)")
 
@@ -85,9 +115,7 @@ def _traffic(ax, res: Results) -> None:
         ai, _ = cell(df, p, "arith_intensity", O=o)
         ai_txt = f"AI {ai:.3g}" if math.isfinite(ai) else "AI n/a"
         bar_label(ax, x, h, f"{short(h)} MiB{', ' if crowded(paths) else chr(10)}{ai_txt}", crowded(paths))
-    if "onela" in paths:
-        paper_markers(ax, [(bar_x(Os, paths, "onela", o), paper.value(f"fig8c.traffic.onela.O{int(o)}"))
-                           for o in Os if f"fig8c.traffic.onela.O{int(o)}" in paper.BY_KEY])
+    _paper_points(ax, Os, paths, lambda o: ("dram_bytes", o))
     ax.set_yscale("log")
     ax.set_ylabel("DRAM bytes read + written (MiB, log)")
 
@@ -121,7 +149,7 @@ def draw(res: Results):
         ax.grid(axis="y", which="major", alpha=0.3)
         for h, lb in zip(*ax.get_legend_handles_labels()):
             handles.setdefault(lb, h)
-    extra = [(paper_handle(), "paper (§4.4)")]
+    extra = legend_markers()
     if has_floor:
         extra.insert(0, (Line2D([], [], color="black", linewidth=1.6), "roofline floor"))
     hs = list(handles.values()) + [h for h, _ in extra]

@@ -12,12 +12,12 @@ import matplotlib
 matplotlib.use("Agg")  # no display: the reporting stage runs on any machine
 import matplotlib.pyplot as plt  # noqa: E402
 
-# path -> (display name, colour). Framework FullState paths are saturated, ReplaySSM paths their light tint.
+# path -> (display name, colour). Framework FullState paths are saturated, replay paths their light tint.
 PATH_STYLE: dict[str, tuple[str, str]] = {
     "onela": ("OneLA", "#c62828"),
     "controlled_fullstate": ("Controlled FullState", "#616161"),
     "vllm_fullstate": ("vLLM FullState", "#1565c0"),
-    "vllm_replayssm": ("vLLM ReplaySSM", "#90caf9"),
+    "vllm_prefix_replay": ("vLLM prefix-cache replay", "#90caf9"),
     "sglang_fullstate": ("SGLang FullState", "#2e7d32"),
     "sglang_replayssm": ("SGLang ReplaySSM", "#a5d6a7"),
     "flashinfer_fullstate": ("FlashInfer FullState", "#6a1b9a"),

@@ -30,6 +30,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 import sweeps.schema  # noqa: F401 - registers the schemas and generated groups with the ConfigStore
+from artifact.measure import run_tolerance, same_tolerance
 from artifact.results import append_row, check_row, git_commit, read_table, table_lock, write_env
 from sweeps.context import RunContext, one_line, shape_label
 from sweeps.runners import RunnerUnavailable, load_runner
@@ -121,8 +122,9 @@ def _recorded(spec: SweepSpec, out_csv: Path, results_dir: Path) -> dict[str, di
 
 
 def _other_tolerance(rows, selected: set[str], tolerance: float) -> list[dict]:
-    """The rows of selected cells gated at a tolerance other than this run's."""
-    return [r for r in rows if r["config_hash"] in selected and float(r["tolerance"]) != tolerance]
+    """The rows of selected cells recorded by a run at a tolerance other than this run's (a row's `tolerance` is
+    the gate applied to it; a path held to its own looser gate names the run's in its reason)."""
+    return [r for r in rows if r["config_hash"] in selected and not same_tolerance(run_tolerance(r), tolerance)]
 
 
 def run_sweep(cfg: DictConfig) -> int:
@@ -261,7 +263,9 @@ def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path):
             cell = by_hash.get(h)
             if cell is None or h in new_rows:
                 raise RuntimeError(f"runner yielded {'a second row for' if cell else 'an unknown'} cell {h!r}")
-            changed = [k for k, v in cell.items() if row.get(k) != v]
+            # a row's tolerance is the gate applied: a path's own looser gate, named with the run's in its reason
+            changed = [k for k, v in cell.items() if row.get(k) != v and not (
+                k == "tolerance" and same_tolerance(run_tolerance(row), float(v)))]
             if changed:
                 raise RuntimeError(f"runner changed the defining fields {changed} of cell {h}")
             row["reason"] = one_line(row.get("reason", ""))

@@ -1,4 +1,4 @@
-"""ReplaySSM adapters (vllm_replayssm, sglang_replayssm): sequence and slot mapping on CPU, the real kernels on GPU.
+"""ReplaySSM adapters (vllm_prefix_replay, sglang_replayssm): sequence and slot mapping on CPU, the real kernels on GPU.
 
 vLLM's chunk kernels do not run under Triton's CPU interpreter (baselines/_common.py), so on CPU the vLLM path
 runs against torch stand-ins written from the documented contract of `fused_post_conv_prep` and the varlen
@@ -72,8 +72,8 @@ def fake_chunk_gated_delta_rule(q, k, v, g, beta, scale, initial_state, output_f
 
 @pytest.fixture
 def vllm_stand_ins(monkeypatch):
-    monkeypatch.setattr("baselines.vllm_replayssm.kernel", lambda: fake_chunk_gated_delta_rule)
-    monkeypatch.setattr("baselines.vllm_replayssm.prep_kernel", lambda: fake_post_conv_prep)
+    monkeypatch.setattr("baselines.vllm_prefix_replay.kernel", lambda: fake_chunk_gated_delta_rule)
+    monkeypatch.setattr("baselines.vllm_prefix_replay.prep_kernel", lambda: fake_post_conv_prep)
 
 
 def _sglang_runs_here(geo, shape, device="cpu") -> None:
@@ -121,7 +121,7 @@ def _tail_case(geo, R, W, T, L_tail, device, prompt_len):
 
 # ---------------------------------------------------------------- CPU
 
-@pytest.mark.parametrize("name", ["vllm_replayssm", "sglang_replayssm"])
+@pytest.mark.parametrize("name", ["vllm_prefix_replay", "sglang_replayssm"])
 def test_adapter_registers_and_declares_tail(name):
     path = get_path(name)
     assert not isinstance(path, UnavailablePath), path.supports(None, None, "cpu")
@@ -139,7 +139,7 @@ def test_missing_framework_is_a_reason(tmp_path):
     code = textwrap.dedent("""
         from artifact.paths import get_path
         from artifact.workload import Geometry, Shape
-        for name in ("vllm_replayssm", "sglang_replayssm"):
+        for name in ("vllm_prefix_replay", "sglang_replayssm"):
             print(name, "::", get_path(name).supports(Geometry(16, 16, 128, 128), Shape(2, 6, 3), "cuda"))
         """)
     env = {"ONELA_BASELINE_PACK": str(tmp_path / "absent"), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
@@ -156,11 +156,11 @@ def test_missing_framework_is_a_reason(tmp_path):
 def test_vllm_replay_declares_k_not_v_unsupported(monkeypatch):
     """vLLM's post-conv prep kernel does not compile for K != V (its two branches type mask_2d differently;
     a shape it cannot build is a skip): supports() says so before anything is built, K = V passes."""
-    from baselines import vllm_replayssm as m
+    from baselines import vllm_prefix_replay as m
     monkeypatch.setattr(m._load, "unavailable_reason", lambda spec, modules: None)
     monkeypatch.setattr(m, "vllm_reason", lambda geometry, shape, device: None)
     monkeypatch.setattr(m._common, "memory_reason", lambda need, device, what: None)
-    path = get_path("vllm_replayssm")
+    path = get_path("vllm_prefix_replay")
     for geo in (Geometry(4, 4, 128, 256), Geometry(6, 6, 256, 512), Geometry(4, 16, 128, 256)):
         why = path.supports(geo, Shape(2, 4, 3), torch.device("cuda"))
         assert why and f"K={geo.k} != V={geo.v}" in why and "mask_2d" in why, why
@@ -172,7 +172,7 @@ def test_vllm_replay_declares_k_not_v_unsupported(monkeypatch):
 def test_vllm_sequences_against_kernel_contract(vllm_stand_ins, lineage, geo):
     wl = make_workload(geo, 2, 5, 4, lineage=lineage, device="cpu", prompt_len=6)
     wl.g.mul_(0.02)   # long-memory heads, so a wrong ancestor token shows in the outputs
-    path = get_path("vllm_replayssm")
+    path = get_path("vllm_prefix_replay")
     ref = fullstate_decode(wl)
     tol = float(ref.abs().max()) * 2.0 ** -6      # bf16 q̂, k̂ (as vLLM stores them) at these tiny K, V
     res = check_and_time(path, wl, ref, tolerance=tol, time_it=False)
@@ -186,15 +186,15 @@ def test_vllm_sequences_against_kernel_contract(vllm_stand_ins, lineage, geo):
     if lineage == "beam":     # a wrong ancestry must be caught
         wl2 = dataclasses.replace(wl.clone(), lineage="reversed")
         wl2.parents.copy_(wl.parents.flip(-1))
-        assert check_and_time(get_path("vllm_replayssm"), wl2, ref, tolerance=tol, time_it=False).status == "failed"
+        assert check_and_time(get_path("vllm_prefix_replay"), wl2, ref, tolerance=tol, time_it=False).status == "failed"
 
 
 @pytest.mark.parametrize("L_tail", [1, 5])
 def test_vllm_prompt_tail_equals_full_prefill_state(vllm_stand_ins, L_tail):
-    from baselines.vllm_replayssm import VllmReplaySSMStepper
+    from baselines.vllm_prefix_replay import VllmPrefixReplayStepper
     geo = Geometry(1, 2, 8, 8)
     wl, tail, ref, full = _tail_case(geo, 2, 3, 3, L_tail, "cpu", prompt_len=6)
-    st = VllmReplaySSMStepper(geo, 2, 3, 3, "cpu")
+    st = VllmPrefixReplayStepper(geo, 2, 3, 3, "cpu")
     out = torch.empty(ref.shape, dtype=torch.bfloat16)
     with full_precision():
         _decode_with_tail(st, wl, wl.s_ctx, tail, out)
@@ -212,7 +212,7 @@ def test_vllm_prompt_tail_equals_full_prefill_state(vllm_stand_ins, L_tail):
 def test_vllm_batch_split_at_int32_row_offsets(vllm_stand_ins, monkeypatch):
     """A replay batch whose token rows would overflow fused_post_conv_prep's int32 offsets runs as sub-batches
     of whole sequences with the same outputs (here the limit is shrunk so 6 beams split 2 + 2 + 2)."""
-    from baselines import vllm_replayssm as m
+    from baselines import vllm_prefix_replay as m
     assert m.sub_batch_size(1024, 454, 6144) == 769          # the full model's 448-token tail, O=7
     assert m.sub_batch_size(2048, 7, 6144) == 2048           # the operator suite: one batch
     with pytest.raises(ValueError, match="exceeds int32"):
@@ -221,7 +221,7 @@ def test_vllm_batch_split_at_int32_row_offsets(vllm_stand_ins, monkeypatch):
     wl, tail, ref, _ = _tail_case(geo, 2, 3, 3, 5, "cpu", prompt_len=6)
     qkv = 2 * geo.hk * geo.k + geo.hv * geo.v
     monkeypatch.setattr(m, "INT32_ELEMS", 2 * (5 + 3) * qkv + 7)
-    st = m.VllmReplaySSMStepper(geo, 2, 3, 3, "cpu")
+    st = m.VllmPrefixReplayStepper(geo, 2, 3, 3, "cpu")
     out = torch.empty(ref.shape, dtype=torch.bfloat16)
     with full_precision():
         _decode_with_tail(st, wl, wl.s_ctx, tail, out)
@@ -231,7 +231,7 @@ def test_vllm_batch_split_at_int32_row_offsets(vllm_stand_ins, monkeypatch):
 
 def test_vllm_chunk_metadata_is_vllms(monkeypatch):
     """Our host-built varlen metadata equals vLLM's own prepare_chunk_indices / prepare_chunk_offsets."""
-    from baselines import vllm_replayssm as m
+    from baselines import vllm_prefix_replay as m
     try:
         index = _load.load(m.PACK_SPEC, "vllm.third_party.flash_linear_attention.ops.index")
         torch_utils = _load.load(m.PACK_SPEC, "vllm.utils.torch_utils")
@@ -285,7 +285,7 @@ GPU_GEOMETRIES = [Geometry(16, 16, 128, 128), Geometry(16, 64, 128, 128)]
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", ["vllm_replayssm", "sglang_replayssm"])
+@pytest.mark.parametrize("name", ["vllm_prefix_replay", "sglang_replayssm"])
 @pytest.mark.parametrize("geo", GPU_GEOMETRIES, ids=lambda g: f"{g.hk}-{g.hv}-{g.k}-{g.v}")
 @pytest.mark.parametrize("lineage", LINEAGES)
 def test_framework_replay_matches_reference(name, geo, lineage):
@@ -305,11 +305,11 @@ def test_framework_replay_matches_reference(name, geo, lineage):
 def test_vllm_prompt_tail_on_gpu(L_tail):
     """reset(checkpoint, tail) replays the tail through vLLM's kernels: equals decoding from the full
     post-prefill state, eagerly and as a captured CUDA graph replayed on fresh inputs."""
-    from baselines.vllm_replayssm import VllmReplaySSMStepper
+    from baselines.vllm_prefix_replay import VllmPrefixReplayStepper
     geo = GPU_GEOMETRIES[0]
-    assert get_path("vllm_replayssm").supports(geo, Shape(2, 6, 3), torch.device("cuda")) is None
+    assert get_path("vllm_prefix_replay").supports(geo, Shape(2, 6, 3), torch.device("cuda")) is None
     wl, tail, ref, _ = _tail_case(geo, 2, 6, 3, L_tail, "cuda", prompt_len=256)
-    st = VllmReplaySSMStepper(geo, 2, 6, 3, "cuda")
+    st = VllmPrefixReplayStepper(geo, 2, 6, 3, "cuda")
     out = torch.empty(ref.shape, dtype=torch.bfloat16, device="cuda")
     _decode_with_tail(st, wl, wl.s_ctx, tail, out)
     torch.cuda.synchronize()
@@ -329,5 +329,5 @@ def test_vllm_prompt_tail_on_gpu(L_tail):
     graph.replay()
     torch.cuda.synchronize()
     captured = max_abs_err(out, ref)
-    print(f"vllm_replayssm tail={L_tail}: eager err={eager:.3e} captured err={captured:.3e}")
+    print(f"vllm_prefix_replay tail={L_tail}: eager err={eager:.3e} captured err={captured:.3e}")
     assert eager <= DEFAULT_TOLERANCE and captured <= DEFAULT_TOLERANCE

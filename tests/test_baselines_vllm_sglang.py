@@ -21,7 +21,7 @@ from artifact.workload import LINEAGES, Geometry, Shape, l2norm, make_workload
 from baselines import _common
 
 REPO = Path(__file__).resolve().parent.parent
-# The ReplaySSM adapters (vllm_replayssm, sglang_replayssm) are tested in tests/test_baselines_replayssm.py.
+# The ReplaySSM adapters (vllm_prefix_replay, sglang_replayssm) are tested in tests/test_baselines_replayssm.py.
 PATH_NAMES = ["vllm_fullstate", "sglang_fullstate"]
 
 

@@ -19,7 +19,7 @@ from plots.data import load_results
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "results"
-BASELINES = ("vllm_fullstate", "vllm_replayssm", "sglang_fullstate", "sglang_replayssm", "flashinfer_fullstate",
+BASELINES = ("vllm_fullstate", "vllm_prefix_replay", "sglang_fullstate", "sglang_replayssm", "flashinfer_fullstate",
              "trtllm_fullstate")
 NO_PACK = "cannot import vllm.model_executor.layers.fla.ops from pack .baseline_pack/site (no baseline pack built)"
 

@@ -452,7 +452,7 @@ def _small_qwen(device="cuda"):
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("path", ["onela", "controlled_fullstate", "vllm_fullstate", "vllm_replayssm"])
+@pytest.mark.parametrize("path", ["onela", "controlled_fullstate", "vllm_fullstate", "vllm_prefix_replay"])
 def test_gpu_graph_replay_equals_eager_and_passes_the_gate(path):
     """Per-call CUDA graphs captured on a decoy prompt, replayed on the real one (following the eager decode's
     beams): the same hidden states as the eager decode, and the GDN outputs pass the FP32 FullState gate."""
@@ -527,7 +527,7 @@ def test_gpu_full_geometry_cells(tmp_path):
     geo = QWEN3_5_0_8B.geometry
     cells = [dict(suite="full_model", path=p, geometry="qwen3_5_0_8b", R=2, W=16, T=2, O=3, HK=geo.hk,
                   HV=geo.hv, K=geo.k, V=geo.v, prompt_len=600, lineage="beam", seed=0, config_hash=p)
-             for p in ("onela", "controlled_fullstate", "vllm_fullstate", "vllm_replayssm")]
+             for p in ("onela", "controlled_fullstate", "vllm_fullstate", "vllm_prefix_replay")]
     rows = list(run_cells({"full_model": {"repeats": 3, "warmup": 1, "compile": False}}, cells, ctx))
     for r in rows:
         print(r["path"], r["status"], r.get("latency_ms"), r.get("max_abs_err"), r.get("reason"))
@@ -537,10 +537,10 @@ def test_gpu_full_geometry_cells(tmp_path):
 
 def test_fig6_table_reports_speedups_and_targets():
     from artifact.model.fig6_table import format_fig6
-    lat = {"onela": 4.0, "controlled_fullstate": 12.0, "vllm_fullstate": 12.5, "vllm_replayssm": 30.0}
+    lat = {"onela": 4.0, "controlled_fullstate": 12.0, "vllm_fullstate": 12.5, "vllm_prefix_replay": 30.0}
     rows = [dict(path=p, prompt_len=L, T=T_, status="ok", latency_ms=ms * T_ * (1 + (L == 5120)), config_hash=p)
             for p, ms in lat.items() for L in (1024, 5120) for T_ in (2, 6)]
-    rows.append(dict(path="vllm_replayssm", prompt_len=1024, T=3, status="skipped", latency_ms=math.nan))
+    rows.append(dict(path="vllm_prefix_replay", prompt_len=1024, T=3, status="skipped", latency_ms=math.nan))
     text = format_fig6(rows, {"onela": 0.5})
     assert "OneLA speedup over Controlled FullState: min 3.00x max 3.00x" in text and ">= 2.5x: MET" in text
     assert "Controlled FullState vs vLLM FullState |ratio-1|: min 4.00% max 4.00%" in text

@@ -72,7 +72,7 @@ def test_operator_suite_is_405_shapes_over_every_system():
 
 def test_paper_suites_cells():
     fm = validate(cfg_of("suite=full_model"))
-    assert fm.paths == ["onela", "controlled_fullstate", "vllm_fullstate", "vllm_replayssm"]
+    assert fm.paths == ["onela", "controlled_fullstate", "vllm_fullstate", "vllm_prefix_replay"]
     assert (fm.R, fm.W, fm.T, fm.prompt_len) == ([4], [256], [2, 3, 4, 5, 6], [1024, 5120])
     rp = validate(cfg_of("suite=recurrent_path"))
     assert (list(rp.geometries), rp.R, rp.W, rp.T, rp.paths) == (["qwen3_5_0_8b"], [4], [512], [2, 6], list(PATHS))
@@ -383,24 +383,29 @@ def test_no_path_object_outlives_its_cell(tmp_path, monkeypatch):
 
 
 def test_a_paths_own_gate_applies_without_changing_the_cell(tmp_path, monkeypatch):
-    """A path with a documented looser gate (vllm_replayssm) passes at an error between the run's tolerance and
-    its own; the row keeps the run's tolerance (a defining field of the cell) and its reason names the gate.
-    (A runner that rewrote the cell's tolerance would abort the sweep: it checks every row's defining fields.)"""
+    """A path with a documented looser gate (vllm_prefix_replay) passes at an error between the run's tolerance and
+    its own; the row's tolerance is the gate applied and its reason names the run's, so a re-run at the same
+    tolerance finds the cell recorded (the sweep checks every other defining field of every row)."""
     monkeypatch.setenv("TRITON_INTERPRET", "1")
 
     def path_of(name):
         p = _Path("own_gate")
         p.name = name
-        if name == "vllm_replayssm":
+        if name == "vllm_prefix_replay":
             p.gate_tolerance = 1e-3
         return p
     monkeypatch.setattr(operator_runner, "get_path", path_of)
-    assert run_sweep(_cfg(tmp_path, "path=[vllm_replayssm,onela]", "tolerance=4.88e-4")) == EXIT_FAILED
+    assert run_sweep(_cfg(tmp_path, "path=[vllm_prefix_replay,onela]", "tolerance=4.88e-4")) == EXIT_FAILED
     rows = {r["path"]: r for r in read_rows(tmp_path / "r" / "smoke.csv")}
-    assert rows["vllm_replayssm"]["status"] == "ok", rows["vllm_replayssm"]["reason"]
-    assert float(rows["vllm_replayssm"]["tolerance"]) == float(rows["onela"]["tolerance"]) == 4.88e-4
-    assert "documented tolerance 1.00e-03" in rows["vllm_replayssm"]["reason"]
+    assert rows["vllm_prefix_replay"]["status"] == "ok", rows["vllm_prefix_replay"]["reason"]
+    assert float(rows["vllm_prefix_replay"]["tolerance"]) == 1e-3
+    assert float(rows["onela"]["tolerance"]) == 4.88e-4
+    assert "documented tolerance 1.00e-03, not the run's 4.88e-04" in rows["vllm_prefix_replay"]["reason"]
     assert rows["onela"]["status"] == "failed"                  # no gate of its own: held to the run's
+    from sweeps.run import _other_tolerance
+    recorded = list(rows.values())
+    assert _other_tolerance(recorded, {r["config_hash"] for r in recorded}, 4.88e-4) == []
+    assert len(_other_tolerance(recorded, {r["config_hash"] for r in recorded}, 1e-3)) == 2
 
 
 def test_cpu_rows_stay_out_of_results_by_default(tmp_path, fake_paths, monkeypatch):

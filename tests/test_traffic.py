@@ -273,11 +273,11 @@ def test_measure_cell_reason_names_a_paths_own_gate(tmp_path, monkeypatch):
     monkeypatch.setattr(traffic, "_census", lambda *a: ({"kernels": ["k"], "copies": []}, None))
     monkeypatch.setattr(traffic, "run_attempt", lambda attempt, args, *a, **k: Outcome(
         "ok", 8.0, 2.0, kernels=1, child=child if "--cell" in args else {"expected_read": 8, "expected_write": 2}))
-    cell = {"suite": "traffic", "path": "vllm_replayssm", "geometry": "qwen3_5_0_8b", "R": 4, "W": 512, "T": 2,
+    cell = {"suite": "traffic", "path": "vllm_prefix_replay", "geometry": "qwen3_5_0_8b", "R": 4, "W": 512, "T": 2,
             "prompt_len": 1024, "lineage": "beam", "seed": 0, "config_hash": "h2", "tolerance": 4.88e-4}
     row = traffic.measure_cell(cell, TrafficOptions(calibrate_bytes=(8,)), tmp_path, {})
     assert row["status"] == "ok"
-    assert row["reason"].startswith("gated at vllm_replayssm's documented tolerance 1.00e-03, not the run's 4.88e-04;")
+    assert row["reason"].startswith("gated at vllm_prefix_replay's documented tolerance 1.00e-03, not the run's 4.88e-04;")
     child.update(tolerance=4.88e-4)
     row = traffic.measure_cell(cell, TrafficOptions(calibrate_bytes=(8,)), tmp_path, {})
     assert row["reason"].startswith("method ")                   # the run's own gate: nothing to say
@@ -345,7 +345,7 @@ def test_path_flops_prefers_cost_then_the_algorithm_class():
     assert source == "analytic:fullstate" and flops == analytic_flops("fullstate", wl.geometry, 1, 2, 2)["total"]
     modelled = SimpleNamespace(name="x", cost=lambda wl: {"flops": 7, "compulsory_bytes": 9, "rate": "tf32"})
     assert traffic_child.path_flops(modelled, wl) == (7.0, "cost()", 9.0)
-    replay = SimpleNamespace(name="vllm_replayssm", cost=lambda wl: None)
+    replay = SimpleNamespace(name="vllm_prefix_replay", cost=lambda wl: None)
     flops, source, _ = traffic_child.path_flops(replay, wl)
     assert math.isnan(flops) and "replay_tail_len" in source
     replay.replay_tail_len = 3

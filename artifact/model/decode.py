@@ -2,7 +2,7 @@
 
 One pipeline for every path; only the GDN recurrent state differs (the path's Stepper, one per GDN layer, from
 `artifact.paths.make_stepper`), plus how the pipeline's own conv windows and decode KV follow the beam tree
-(`beam_state`: through ancestry for OneLA, by per-beam copies for the FullState / vLLM paths). vllm_replayssm's
+(`beam_state`: through ancestry for OneLA, by per-beam copies for the FullState / vLLM paths). vllm_prefix_replay's
 steppers start from the last prompt-block checkpoint and replay the prompt tail (paper §2.3).
 
 `forward(t)` is decode call t's whole model forward (embedding -> 24 layers incl. state maintenance -> final
@@ -38,7 +38,7 @@ from artifact.paths import make_stepper
 # path keeps per-beam copies, as a serving framework does.
 ANCESTRY_PATHS = frozenset({"onela", "reference_replay"})
 # Paths whose steppers start from the prompt-block checkpoint plus the prompt tail (vLLM align-mode caching).
-PROMPT_TAIL_PATHS = frozenset({"vllm_replayssm"})
+PROMPT_TAIL_PATHS = frozenset({"vllm_prefix_replay"})
 
 
 def beam_state_mode(path: str) -> str:

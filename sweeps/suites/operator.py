@@ -106,7 +106,7 @@ def run_cell(cell: dict, wl, ref, ctx: RunContext, path=None) -> dict:
     fresh = path is None
     path = get_path(cell["path"]) if fresh else path
     # A framework whose kernel computes in lower precision declares its own, documented gate (its docstring
-    # says why). The run's tolerance stays the cell's defining field; the reason says which gate was applied.
+    # says why). The row's `tolerance` is the gate applied; its reason names the run's (gate_note).
     tolerance = path_tolerance(path, ctx.tolerance)
     try:
         try:
@@ -129,7 +129,7 @@ def run_cell(cell: dict, wl, ref, ctx: RunContext, path=None) -> dict:
         return _row(cell, "failed", f"{type(e).__name__}: {e}")
     row = _row(cell, res.status, res.reason, max_abs_err=res.max_abs_err, latency_ms=res.latency_ms,
                p20_ms=res.p20_ms, p80_ms=res.p80_ms, timer=res.timer, persistent_bytes=res.persistent_bytes,
-               written_bytes=res.written_bytes)
+               written_bytes=res.written_bytes, tolerance=tolerance)
     note = gate_note(path.name, tolerance, ctx.tolerance)
     if note:
         row["reason"] = one_line(f"{note}; {row['reason'] or ''}".strip("; "))

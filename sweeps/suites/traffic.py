@@ -442,6 +442,7 @@ def measure_cell(cell: dict, opts: TrafficOptions, workdir: Path, calibrations: 
     if c.get("tolerance") is not None and cell.get("tolerance") not in (None, ""):
         from artifact.measure import gate_note
         gate = gate_note(cell_json["path"], float(c["tolerance"]), float(cell["tolerance"]))
+        row["tolerance"] = float(c["tolerance"])         # the gate applied; the reason names the run's
     if outcome.status != "ok":
         row["reason"] = "; ".join(n for n in (gate, outcome.message) if n)
     else:

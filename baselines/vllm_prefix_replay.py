@@ -1,5 +1,11 @@
-"""vLLM ReplaySSM: every beam is an independent request that replays, each step, its prompt tail and its own
-generated tokens from the request's last prompt-block checkpoint (paper §2.3, docs/design.md §4).
+"""vLLM prefix-cache replay: every beam is an independent request that replays, each step, its prompt tail and its
+own generated tokens from the request's last prompt-block checkpoint (paper §2.3, docs/design.md §4).
+
+This is not ReplaySSM. No released vLLM has a GDN ReplaySSM kernel: vLLM 0.33 ships ReplaySSM for Mamba2 only
+(`replayssm_config.py` knows `mamba2_output_only`). What vLLM does run for a GDN request with a prefix-cache hit
+is a chunked prefill over the uncached remainder, which is what this path runs; the paper's ReplaySSM kernel, as
+released for GDN, is SGLang's (baselines/sglang_replayssm.py). Figures and REPORT show this path beside the
+paper's vLLM ReplaySSM numbers, never paired with them.
 
 Kernels, from the vllm==0.33.0 wheel, unmodified, called the way vLLM's GDN layer runs the uncached remainder
 of a request with a prefix-cache hit (`qwen_gdn_linear_attn.py`, "2.3: Process the remaining part"):
@@ -110,7 +116,7 @@ def _tail_len(tail) -> int:
     return 0 if tail is None else int(tail["k"].shape[0])
 
 
-class VllmReplaySSMStepper(Stepper):
+class VllmPrefixReplayStepper(Stepper):
     def __init__(self, geometry, R, W, T, device):
         super().__init__(geometry, R, W, T, device)
         self.prep, self.chunk = prep_kernel(), kernel()
@@ -224,14 +230,15 @@ class VllmReplaySSMStepper(Stepper):
                 + self.R * self.replay_tail_len * row)
 
 
-class VllmReplaySSMPath(StepperPath):
+class VllmPrefixReplayPath(StepperPath):
     # vLLM's chunked prefill path rounds q-hat / k-hat to bf16 (fused_post_conv_prep) and keeps the intra-chunk
     # WY factors and chunk states in bf16: at R=4 W=512 on the Qwen geometry its max error against FP32
     # FullState is 5.0-5.6e-4 (results/recurrent_path.csv), just over the paper's 4.88e-4. Its own gate is
-    # 1e-3 (artifact.measure.path_tolerance; docs/design.md §2); each row's reason names the gate applied.
+    # 1e-3 (artifact.measure.path_tolerance; docs/design.md §2); a row's `tolerance` is the gate applied and its
+    # reason names the run's. The primary numbers (plots.data) count only its rows within 4.88e-4.
     gate_tolerance = 1e-3
-    name = "vllm_replayssm"
-    stepper_cls = VllmReplaySSMStepper
+    name = "vllm_prefix_replay"
+    stepper_cls = VllmPrefixReplayStepper
     replay_tail_len = 0      # the operator suite decodes from s_ctx with no prompt tail (reset(..., tail=None))
 
     def supports(self, geometry, shape, device):
@@ -256,7 +263,7 @@ class VllmReplaySSMPath(StepperPath):
         return (_common.grid_reason(n * g.hv, "R*W*HV sequence-heads (grid y of chunk_gated_delta_rule_fwd_h)")
                 or _common.grid_reason(n_chunks, "R*W*ceil((L_tail+T)/64) chunks (grid y of chunk_fwd_o)")
                 or _common.memory_reason(shape.R * g.state_bytes + n * g.state_bytes + work,
-                                         device, "the ReplaySSM replay batch"))
+                                         device, "the prefix-cache replay batch"))
 
     def cost(self, wl):
         return _common.replay_cost(wl, tail_len=self.replay_tail_len)
