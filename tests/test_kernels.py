@@ -136,6 +136,33 @@ def test_head_sizes_that_are_not_powers_of_two_match_fp64_reference(stepper_cls,
         assert geo.v % st.config["BV"] == 0 and geo.k % st.config["BK"] == 0
 
 
+# A sample of the CPU contract grid: T 1..12, W 1 / 5 / 17 / 64, K and V multiples of 16 (powers of two or not),
+# G 1-3, and shapes supports() must refuse.
+_CPU_CONTRACT = [(1, 1, 16, 16, 1), (2, 5, 32, 48, 2), (5, 17, 48, 16, 3), (8, 64, 16, 32, 1), (9, 5, 64, 16, 2),
+                 (12, 17, 16, 80, 1), (12, 1, 32, 32, 3), (33, 5, 16, 16, 1), (3, 5, 24, 16, 1), (3, 5, 16, 520, 1)]
+
+
+def test_supports_is_a_promise_on_a_sampled_grid(device):
+    """Every sampled shape supports() accepts runs under the interpreter (or on the GPU), writes every output
+    element and is within the fp64 reference's bound; every shape it refuses names the reason."""
+    from artifact.workload import Shape
+    accepted = 0
+    for T, W, K, V, G in _CPU_CONTRACT:
+        geo = Geometry(1, G, K, V)
+        reason = get_path("onela").supports(geo, Shape(1, W, T), device)
+        if reason:
+            assert "unsupported" in reason, reason
+            continue
+        accepted += 1
+        wl = make_workload(geo, 1, W, T, lineage="beam", seed=T * W, device=device, prompt_len=16)
+        ref = fullstate_decode(wl, torch.float64)
+        _, out = _run(OneLAStepper, wl, torch.float32)
+        assert torch.isfinite(out).all(), (T, W, K, V, G)
+        tol = (GPU_REL_TOL if device == "cuda" else CPU_REL_TOL) * ref.abs().max().item()
+        assert (out.double() - ref).abs().max().item() <= tol, (T, W, K, V, G)
+    assert accepted == len(_CPU_CONTRACT) - 3
+
+
 def test_onela_launch_config_rules():
     """The adopted plan (kernels/NOTES.md, "Triton kernels"): the most beam tiles per program, up to 8, that keep
     ~2 programs per SM, only where the S tile is one tile (K <= 128); small grids keep one tile per program; PDL
