@@ -30,6 +30,13 @@ PATHS: dict[str, str] = {
     "sglang_replayssm": "baselines.sglang_replayssm:SglangReplaySSMPath",
     "flashinfer_fullstate": "baselines.flashinfer_fullstate:FlashInferFullStatePath",
     "trtllm_fullstate": "baselines.trtllm_fullstate:TrtllmFullStatePath",
+    # the paper's FullState maintenance (one persistent pool, explicit per-step reorder of the parents' states
+    # through a transient workspace) beside the index mode above, in the same adapter modules
+    "controlled_fullstate_paper": "kernels.fullstate:ControlledFullStatePaperPath",
+    "vllm_fullstate_paper": "baselines.vllm_fullstate:VllmFullStatePaperPath",
+    "sglang_fullstate_paper": "baselines.sglang_fullstate:SglangFullStatePaperPath",
+    "flashinfer_fullstate_paper": "baselines.flashinfer_fullstate:FlashInferFullStatePaperPath",
+    "trtllm_fullstate_paper": "baselines.trtllm_fullstate:TrtllmFullStatePaperPath",
 }
 
 
@@ -52,6 +59,10 @@ class DecodePath(abc.ABC):
 
     @abc.abstractmethod
     def written_bytes(self) -> int: ...
+
+    def workspace_bytes(self) -> int:
+        """Transient state bytes a step uses and no later step reads (not in persistent_bytes); 0 by default."""
+        return 0
 
     def cost(self, wl) -> dict | None:
         """Roofline inputs of this path's algorithm on `wl`: {"compulsory_bytes", "flops", "rate"} where rate is
@@ -188,6 +199,11 @@ class Stepper(abc.ABC):
     def written_bytes(self) -> int:
         """Recurrent-state bytes its kernels store over a T-step decode (state or record writes)."""
 
+    def workspace_bytes(self) -> int:
+        """Transient state bytes a step uses and no later step reads (e.g. the paper FullState's gather
+        workspace); reported beside persistent_bytes, never in it. 0 unless a stepper keeps one."""
+        return 0
+
 
 class StepperPath(DecodePath):
     """A path that is a Stepper run over the workload's T steps (the common case)."""
@@ -216,6 +232,9 @@ class StepperPath(DecodePath):
 
     def written_bytes(self) -> int:
         return self.stepper.written_bytes()
+
+    def workspace_bytes(self) -> int:
+        return self.stepper.workspace_bytes()
 
 
 def make_stepper(name: str, geometry, R: int, W: int, T: int, device) -> Stepper:

@@ -165,20 +165,24 @@ def token_flops(geometry: Geometry) -> int:
     return g.hv * (7 * g.v * g.k + 2 * g.v) + 2 * g.hk * 3 * g.k
 
 
-def fullstate_cost(wl, extra_state_copies: int = 0) -> dict:
+def fullstate_cost(wl, extra_state_copies: int = 0, first_step_copies: int | None = None) -> dict:
     """Compulsory bytes and FLOPs of the FullState algorithm (the roofline floor of every FullState path).
 
     Step 0 reads each request's s_ctx once (R states: every first beam's parent is the prompt) and writes N =
     R*W states; each later step reads N parent states and writes N. Per beam and step also its token's inputs,
     its parent index and its output o. `extra_state_copies` counts whole-state gathers per beam and step (read
-    + write) that a framework's kernel interface forces on top (SGLang's, TRT-LLM's in-place slot update).
+    + write) that a framework's kernel interface forces on top (SGLang's, TRT-LLM's in-place slot update), or
+    that the paper's explicit reorder into one persistent pool costs; `first_step_copies` (default: the same)
+    is that count at step 0, where a path reading S_ctx directly copies nothing.
     Counting N state reads at step 0 would put this floor above the measured FullState times."""
     geo, T, R, N = wl.geometry, wl.T, wl.R, wl.R * wl.W
     sb, elem = geo.state_bytes, wl.q.element_size()
     per_beam_io = token_input_bytes(geo, elem) + geo.hv * geo.v * elem + 4
     nbytes = 0
+    first = extra_state_copies if first_step_copies is None else first_step_copies
     for t in range(T):
-        nbytes += (R if t == 0 else N) * sb + N * sb + N * 2 * sb * extra_state_copies + N * per_beam_io
+        copies = first if t == 0 else extra_state_copies
+        nbytes += (R if t == 0 else N) * sb + N * sb + N * 2 * sb * copies + N * per_beam_io
     return {"compulsory_bytes": nbytes, "flops": T * N * token_flops(geo), "rate": "fp32_flop_per_s"}
 
 

@@ -19,6 +19,15 @@ kernel itself reads one parent state and writes one full state per beam, which i
 Not natively supported (reported by supports()): K != 128 or V != 128 -- the fp32 kernel loads one 128-wide
 K tile (TILE_K = 128, 4 values per lane of one warp) and writes back only the first 128 output rows
 (NUM_THREADS = 128), while the API asserts only K >= 128, V >= 128, V % 8 == 0; and GPUs below SM90.
+
+Index mode (`flashinfer_fullstate`) is the above. Paper mode (`flashinfer_fullstate_paper`, `paper = True`) is the
+paper's FullState: one persistent pool of R + R·W slots (contexts, one slot bound to each beam). At t = 0 beam b
+of request r reads context slot r and writes its own slot. At each t >= 1 the step first reorders the beam slots:
+`torch.index_select` of the parents' slots into a preallocated transient workspace of R·W states, then `copy_`
+back into the beam slots (the kernel takes one state tensor, so it cannot read a workspace outside the pool),
+then the kernel updates every beam slot in place (read index == write index). Two extra state reads + writes
+per beam per step t >= 1; no host sync, no allocation. `workspace_bytes` reports the workspace;
+`persistent_bytes` the pool only.
 """
 from __future__ import annotations
 
@@ -101,18 +110,29 @@ def flashinfer_reason(geometry, device) -> str | None:
 
 
 class FlashInferFullStateStepper(Stepper):
+    paper = False
+
     def __init__(self, geometry, R, W, T, device):
         super().__init__(geometry, R, W, T, device)
         self.fn = kernel()
         N, g, dev = R * W, geometry, self.device
-        self.pool0 = R                                       # slots [0, R): contexts; then pools A, B
-        self.pool = torch.zeros(R + 2 * N, g.hv, g.v, g.k, dtype=torch.float32, device=dev)
+        self.pool0 = R                           # slots [0, R): contexts; then pools A, B (paper mode: one pool)
+        n_beam = (1 if self.paper else 2) * N
+        self.pool = torch.zeros(R + n_beam, g.hv, g.v, g.k, dtype=torch.float32, device=dev)
         beam = torch.arange(N, dtype=torch.int32, device=dev)
         # one allocation per index vector: the kernel assumes 16-byte aligned index tensors
-        self.write_idx = [self.pool0 + beam, self.pool0 + N + beam]
+        self.write_idx = [self.pool0 + beam, self.pool0 + (0 if self.paper else N) + beam]
         self.read_idx = [torch.empty(N, dtype=torch.int32, device=dev) for _ in range(2)]
         self.ctx_read = torch.arange(R, dtype=torch.int32, device=dev).repeat_interleave(W)
         self.row_base = (torch.arange(R, dtype=torch.int32, device=dev) * W)[:, None]      # [R, 1]
+        self.work = None
+        if self.paper:          # fixed read indices: the context slot at t = 0, the beam's own slot later
+            self.read_idx[0].copy_(self.ctx_read)
+            self.read_idx[1].copy_(self.pool0 + beam)
+            if T > 1:
+                self.work = torch.empty(N, g.hv, g.v, g.k, dtype=torch.float32, device=dev)
+                self.parent_rows = torch.empty(R, W, dtype=torch.int64, device=dev)
+                self.row_base64 = self.row_base.long() + self.pool0
         self.a = torch.empty(N, 1, g.hv, dtype=torch.float32, device=dev)
         self.b = torch.empty(N, 1, g.hv, dtype=torch.float32, device=dev)
         self.A_log = torch.zeros(g.hv, dtype=torch.float32, device=dev)
@@ -127,8 +147,14 @@ class FlashInferFullStateStepper(Stepper):
 
     def step(self, t, q, k, v, g, beta, parents, out):
         R, W, N, geo = self.R, self.W, self.R * self.W, self.geometry
-        read = self.read_idx[t % 2]
-        if t == 0:
+        slot = min(t, 1) if self.paper else t % 2
+        read, write = self.read_idx[slot], self.write_idx[slot]
+        if self.paper:
+            if t > 0:   # the explicit reorder: parents' states -> workspace -> the children's (beam) slots
+                torch.add(parents, self.row_base64, out=self.parent_rows)
+                torch.index_select(self.pool, 0, self.parent_rows.view(-1), out=self.work)
+                self.pool[self.pool0:self.pool0 + N].copy_(self.work)
+        elif t == 0:
             read.copy_(self.ctx_read)
         else:   # the parent's slot in the pool written at step t - 1
             torch.add(parents + self.row_base, self.pool0 + ((t - 1) % 2) * N, out=read.view(R, W))
@@ -136,26 +162,45 @@ class FlashInferFullStateStepper(Stepper):
         self.fn(q.reshape(N, 1, geo.hk, geo.k), k.reshape(N, 1, geo.hk, geo.k), v.reshape(N, 1, geo.hv, geo.v),
                 None, self.A_log, self.a, self.dt_bias, self.b, scale=self.scale,
                 output=out.view(N, 1, geo.hv, geo.v), use_qk_l2norm=True, initial_state=self.pool,
-                initial_state_indices=read, output_state_indices=self.write_idx[t % 2], backend="flashinfer")
+                initial_state_indices=read, output_state_indices=write, backend="flashinfer")
         return out
 
     def persistent_bytes(self):
         return self.pool.numel() * self.pool.element_size()
 
+    def workspace_bytes(self):
+        return 0 if self.work is None else self.work.numel() * self.work.element_size()
+
     def written_bytes(self):
-        one = self.geometry.state_bytes
-        return self.R * one + self.T * self.R * self.W * one
+        """Context copy at reset, the kernel's R·W states per step and, in paper mode, the reorder's two
+        passes (workspace, beam slots) per step t >= 1."""
+        one, N = self.geometry.state_bytes, self.R * self.W
+        copies = 2 * (self.T - 1) if self.paper else 0
+        return self.R * one + (self.T + copies) * N * one
+
+
+class FlashInferFullStatePaperStepper(FlashInferFullStateStepper):
+    paper = True
 
 
 class FlashInferFullStatePath(StepperPath):
     name = "flashinfer_fullstate"
     stepper_cls = FlashInferFullStateStepper
+    paper = False
 
     def supports(self, geometry, shape, device):
         n = shape.R * shape.W
         return (flashinfer_reason(geometry, device)
+                # index mode: two beam pools; paper mode: one pool and a workspace of the same size
                 or _common.memory_reason((shape.R + 2 * n) * geometry.state_bytes, device,
-                                         "the two-pool FullState state pool"))
+                                         "the FullState pool and its reorder workspace" if self.paper
+                                         else "the two-pool FullState state pool"))
 
     def cost(self, wl):
-        return fullstate_cost(wl)
+        return fullstate_cost(wl, extra_state_copies=2, first_step_copies=0) if self.paper else fullstate_cost(wl)
+
+
+class FlashInferFullStatePaperPath(FlashInferFullStatePath):
+    name = "flashinfer_fullstate_paper"
+    stepper_cls = FlashInferFullStatePaperStepper
+    paper = True

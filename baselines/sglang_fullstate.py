@@ -17,6 +17,15 @@ place (`torch.index_select`): at t = 0 request r's s_ctx into each of its beams'
 parent's state from the other pool. That is one extra state read + write per beam per step on top of the
 kernel's own. Per step the adapter also packs [q | k | v] into one row per beam and converts the gates
 (inputs only, ~1% of the state bytes). Not natively supported: R·W·HV > 65535 (grid axis y = B·HV).
+
+Index mode (`sglang_fullstate`) is the above: two pools, the gather reads one and writes the other. Paper mode
+(`sglang_fullstate_paper`, `paper = True`) is the paper's FullState: one persistent pool of R·W slots bound to
+beams. At t = 0 request r's s_ctx is copied into each of its beams' slots (`torch.index_select`, as SGLang forks
+a request's state slot into its beams'). At each t >= 1 the parents' states are gathered into a preallocated
+transient workspace of R·W states and copied back into the beam slots (the kernel updates only the slots it is
+given, in one state tensor), then the kernel updates every slot in place. Per step t >= 1 that is two extra
+state reads + writes per beam; no host sync, no allocation. `workspace_bytes` reports the workspace;
+`persistent_bytes` the pool only.
 """
 from __future__ import annotations
 
@@ -60,14 +69,20 @@ def sglang_reason(device, spec: dict = PACK_SPEC, module: str = KERNEL_MODULE, c
 
 
 class SglangFullStateStepper(Stepper):
+    paper = False
+
     def __init__(self, geometry, R, W, T, device):
         super().__init__(geometry, R, W, T, device)
         self.fn = kernel()
         N, g, dev = R * W, geometry, self.device
         self.N = N
-        self.pools = torch.zeros(2 * N, g.hv, g.v, g.k, dtype=torch.float32, device=dev)
+        self.pools = torch.zeros((1 if self.paper else 2) * N, g.hv, g.v, g.k, dtype=torch.float32, device=dev)
         beam = torch.arange(N, dtype=torch.int32, device=dev)
-        self.slots = torch.stack([beam, N + beam])                                 # [2, N] in-place slots
+        self.slots = torch.stack([beam, beam if self.paper else N + beam])        # [2, N] in-place slots
+        self.work = None
+        if self.paper and T > 1:
+            self.work = torch.empty(N, g.hv, g.v, g.k, dtype=torch.float32, device=dev)
+            self.parent_rows = torch.empty(R, W, dtype=torch.int64, device=dev)
         self.request_of_beam = torch.arange(R, device=dev).repeat_interleave(W)   # t = 0 gather source
         self.row_base = (torch.arange(R, device=dev) * W)[:, None]
         self.zeros_hv = torch.zeros(g.hv, dtype=torch.float32, device=dev)        # A_log = dt_bias = 0
@@ -83,9 +98,13 @@ class SglangFullStateStepper(Stepper):
 
     def step(self, t, q, k, v, g, beta, parents, out):
         N, geo = self.N, self.geometry
-        dst = self.pools[(t % 2) * N:(t % 2 + 1) * N]
+        dst = self.pools[(t % 2) * N:(t % 2 + 1) * N] if not self.paper else self.pools
         if t == 0:
             torch.index_select(self.s_ctx, 0, self.request_of_beam, out=dst)
+        elif self.paper:    # the explicit reorder: parents' states -> workspace -> the children's slots
+            torch.add(parents, self.row_base, out=self.parent_rows)
+            torch.index_select(self.pools, 0, self.parent_rows.view(N), out=self.work)
+            self.pools.copy_(self.work)
         else:
             src = self.pools[((t - 1) % 2) * N:((t - 1) % 2 + 1) * N]
             torch.index_select(src, 0, (parents.long() + self.row_base).reshape(N), out=dst)
@@ -104,20 +123,43 @@ class SglangFullStateStepper(Stepper):
     def persistent_bytes(self):
         return self.pools.numel() * self.pools.element_size()
 
+    def workspace_bytes(self):
+        return 0 if self.work is None else self.work.numel() * self.work.element_size()
+
     def written_bytes(self):
-        return 2 * self.T * self.N * self.geometry.state_bytes   # gather + kernel, per step
+        """Index mode: gather + kernel per step. Paper mode: the t = 0 context copy, kernel per step and the
+        reorder's two passes (workspace, pool) per step t >= 1."""
+        one = self.N * self.geometry.state_bytes
+        if self.paper:
+            return one + self.T * one + 2 * (self.T - 1) * one
+        return 2 * self.T * one
+
+
+class SglangFullStatePaperStepper(SglangFullStateStepper):
+    paper = True
 
 
 class SglangFullStatePath(StepperPath):
     name = "sglang_fullstate"
     stepper_cls = SglangFullStateStepper
+    paper = False
 
     def supports(self, geometry, shape, device):
         n = shape.R * shape.W
         return (sglang_reason(device)
                 or _common.grid_reason(n * geometry.hv, "R*W*HV (grid y of the packed decode kernel)")
+                # index mode: two pools; paper mode: one pool and a workspace of the same size
                 or _common.memory_reason(2 * n * geometry.state_bytes, device,
-                                         "the two FullState pools"))
+                                         "the FullState pool and its reorder workspace" if self.paper
+                                         else "the two FullState pools"))
 
     def cost(self, wl):
+        if self.paper:
+            return fullstate_cost(wl, extra_state_copies=2, first_step_copies=1)
         return fullstate_cost(wl, extra_state_copies=1)
+
+
+class SglangFullStatePaperPath(SglangFullStatePath):
+    name = "sglang_fullstate_paper"
+    stepper_cls = SglangFullStatePaperStepper
+    paper = True

@@ -26,6 +26,14 @@ parent's state from the other pool: one extra state read + write per beam per st
 Not natively supported: N·HV > 65535 on kernels that launch one program per sequence-head on grid z without
 the grid-stride loop current sources have.
 
+Index mode (`trtllm_fullstate`) is the above: two pools, the gather reads one and writes the other. Paper mode
+(`trtllm_fullstate_paper`, `paper = True`) is the paper's FullState: one persistent pool of R·W slots bound to
+beams. At t = 0 request r's s_ctx is copied into each of its beams' slots. At each t >= 1 the parents' states
+are gathered into a preallocated transient workspace of R·W states and copied back into the beam slots (the
+kernel updates the slots it is given in one state tensor), then the kernel updates every slot in place. Per step
+t >= 1 that is two extra state reads + writes per beam; no host sync, no allocation. `workspace_bytes` reports
+the workspace; `persistent_bytes` the pool (and the transposed s_ctx copy, if the kernel's layout needs one).
+
 The tensorrt_llm package on PyPI is a stub that downloads from NVIDIA's own index; where it is not
 installed every cell is a skip naming that.
 """
@@ -128,6 +136,8 @@ def trtllm_reason(geometry, shape, device) -> str | None:
 
 
 class TrtllmFullStateStepper(Stepper):
+    paper = False
+
     def __init__(self, geometry, R, W, T, device):
         super().__init__(geometry, R, W, T, device)
         self.fn = kernel()
@@ -135,7 +145,7 @@ class TrtllmFullStateStepper(Stepper):
         self.N = N
         self.layout = probe_state_layout(self.fn, g, dev)
         inner = (g.v, g.k) if self.layout == "vk" else (g.k, g.v)
-        self.pools = torch.zeros(2, N, g.hv, *inner, dtype=torch.float32, device=dev)
+        self.pools = torch.zeros(1 if self.paper else 2, N, g.hv, *inner, dtype=torch.float32, device=dev)
         self.ctx_kv = None if self.layout == "vk" else torch.empty(R, g.hv, g.k, g.v, device=dev)
         self.slots = torch.arange(N, dtype=torch.int32, device=dev)                   # in-place, per pool
         self.cu_seqlens = torch.arange(N + 1, dtype=torch.int32, device=dev)
@@ -146,6 +156,10 @@ class TrtllmFullStateStepper(Stepper):
         self.b = torch.empty(N, g.hv, dtype=torch.float32, device=dev)
         self.takes_output = _takes_output(self.fn)
         self.scale = g.k ** -0.5
+        self.work = None
+        if self.paper and T > 1:
+            self.work = torch.empty(N, g.hv, *inner, dtype=torch.float32, device=dev)
+            self.parent_rows = torch.empty(R, W, dtype=torch.int64, device=dev)
 
     def reset(self, s_ctx, tail=None):
         if tail is not None:
@@ -157,9 +171,13 @@ class TrtllmFullStateStepper(Stepper):
 
     def step(self, t, q, k, v, g, beta, parents, out):
         N, geo = self.N, self.geometry
-        dst = self.pools[t % 2]
+        dst = self.pools[0 if self.paper else t % 2]
         if t == 0:
             torch.index_select(self.ctx, 0, self.request_of_beam, out=dst)
+        elif self.paper:    # the explicit reorder: parents' states -> workspace -> the children's slots
+            torch.add(parents, self.row_base, out=self.parent_rows)
+            torch.index_select(dst, 0, self.parent_rows.view(N), out=self.work)
+            dst.copy_(self.work)
         else:
             torch.index_select(self.pools[(t - 1) % 2], 0, (parents.long() + self.row_base).reshape(N), out=dst)
         _common.gates_to_logits(g.reshape(N, geo.hv), beta.reshape(N, geo.hv), self.a, self.b)
@@ -178,21 +196,43 @@ class TrtllmFullStateStepper(Stepper):
         extra = 0 if self.ctx_kv is None else self.ctx_kv.numel() * 4
         return self.pools.numel() * self.pools.element_size() + extra
 
+    def workspace_bytes(self):
+        return 0 if self.work is None else self.work.numel() * self.work.element_size()
+
     def written_bytes(self):
+        """Index mode: gather + kernel per step. Paper mode: the t = 0 context copy, kernel per step and the
+        reorder's two passes (workspace, pool) per step t >= 1. Plus the transposed s_ctx if the layout needs it."""
         one = self.geometry.state_bytes
         extra = 0 if self.ctx_kv is None else self.R * one
+        if self.paper:
+            return (1 + self.T + 2 * (self.T - 1)) * self.N * one + extra
         return 2 * self.T * self.N * one + extra        # gather + kernel, per step
+
+
+class TrtllmFullStatePaperStepper(TrtllmFullStateStepper):
+    paper = True
 
 
 class TrtllmFullStatePath(StepperPath):
     name = "trtllm_fullstate"
     stepper_cls = TrtllmFullStateStepper
+    paper = False
 
     def supports(self, geometry, shape, device):
         n = shape.R * shape.W
         return (trtllm_reason(geometry, shape, device)
+                # index mode: two pools; paper mode: one pool and a workspace of the same size
                 or _common.memory_reason((2 * n + shape.R) * geometry.state_bytes, device,
-                                         "the two FullState pools"))
+                                         "the FullState pool and its reorder workspace" if self.paper
+                                         else "the two FullState pools"))
 
     def cost(self, wl):
+        if self.paper:
+            return fullstate_cost(wl, extra_state_copies=2, first_step_copies=1)
         return fullstate_cost(wl, extra_state_copies=1)
+
+
+class TrtllmFullStatePaperPath(TrtllmFullStatePath):
+    name = "trtllm_fullstate_paper"
+    stepper_cls = TrtllmFullStatePaperStepper
+    paper = True

@@ -14,10 +14,20 @@ it), and two beam pools A and B that alternate. Beam b of request r at step t re
 spec-decode indexing, num_accepted_tokens = 2): at t = 0 it reads context slot r, later its parent's slot
 in the pool written at t-1, and writes its own slot in the other pool.
 
-Beam-state maintenance: none beyond the index arithmetic: each child's state reaches it through the read
-index, so no state is copied; every step still reads one parent state and writes one full state per beam,
-which is what FullState is. Not natively supported: N·HV > 65535 sequence-heads (the launch grid puts
-N·HV on grid z).
+Beam-state maintenance (index mode, `vllm_fullstate`): none beyond the index arithmetic: each child's state
+reaches it through the read index, so no state is copied; every step still reads one parent state and writes
+one full state per beam, which is what FullState is. Not natively supported: N·HV > 65535 sequence-heads (the
+launch grid puts N·HV on grid z).
+
+Paper mode (`vllm_fullstate_paper`, `paper = True`): the paper's FullState, one persistent pool of
+1 + R + R·W slots (null, context, one slot bound to each beam). At t = 0 beam b of request r reads context
+slot r and writes its own slot (as vLLM's decode after prefill). At each t >= 1 the step first reorders the
+beams' slots as vLLM's cache handling would when a beam forks: `torch.index_select` of the parents' slots into
+a preallocated transient workspace of R·W states, then `copy_` of the workspace back into the beam slots (the
+kernel takes a single state tensor, so it cannot read a workspace outside the pool), then the kernel updates
+every beam's slot in place (read slot == write slot, fixed indices). Two extra state reads + writes per beam
+per step t >= 1; no host sync, no allocation. `workspace_bytes` reports the workspace; `persistent_bytes` the
+pool only.
 """
 from __future__ import annotations
 
@@ -62,20 +72,31 @@ def vllm_reason(geometry, shape, device) -> str | None:
 
 
 class VllmFullStateStepper(Stepper):
+    paper = False
+
     def __init__(self, geometry, R, W, T, device):
         super().__init__(geometry, R, W, T, device)
         self.fn = kernel()
         N, g = R * W, geometry
         self.ctx0, self.pool0 = 1, 1 + R
-        self.pool = torch.zeros(1 + R + 2 * N, g.hv, g.v, g.k, dtype=torch.float32, device=self.device)
+        n_beam = (1 if self.paper else 2) * N
+        self.pool = torch.zeros(1 + R + n_beam, g.hv, g.v, g.k, dtype=torch.float32, device=self.device)
         beam = torch.arange(N, dtype=torch.int32, device=self.device)
+        self.ctx_read = (self.ctx0 + torch.arange(R, dtype=torch.int32, device=self.device)
+                         ).repeat_interleave(W)
         # [pool, n, (write, read)]: write slots are fixed per pool; read slots are set each step
         self.idx = torch.empty(2, N, 2, dtype=torch.int32, device=self.device)
         self.idx[0, :, 0] = self.pool0 + beam
-        self.idx[1, :, 0] = self.pool0 + N + beam
+        self.idx[1, :, 0] = self.pool0 + (0 if self.paper else N) + beam
         self.row_base = (torch.arange(R, dtype=torch.int32, device=self.device) * W)[:, None]   # [R, 1]
-        self.ctx_read = (self.ctx0 + torch.arange(R, dtype=torch.int32, device=self.device)
-                         ).repeat_interleave(W)
+        self.work = None
+        if self.paper:      # fixed indices: t = 0 reads the context slot, later steps read the beam's own slot
+            self.idx[0, :, 1] = self.ctx_read
+            self.idx[1, :, 1] = self.pool0 + beam
+            if T > 1:
+                self.work = torch.empty(N, g.hv, g.v, g.k, dtype=torch.float32, device=self.device)
+                self.parent_rows = torch.empty(R, W, dtype=torch.int64, device=self.device)
+                self.row_base64 = self.row_base.long() + self.pool0
         self.accepted = torch.full((N,), 2, dtype=torch.int32, device=self.device)
         self.scale = g.k ** -0.5
 
@@ -86,8 +107,13 @@ class VllmFullStateStepper(Stepper):
 
     def step(self, t, q, k, v, g, beta, parents, out):
         R, W, N, geo = self.R, self.W, self.R * self.W, self.geometry
-        idx = self.idx[t % 2]
-        if t == 0:
+        idx = self.idx[min(t, 1) if self.paper else t % 2]
+        if self.paper:
+            if t > 0:   # the explicit reorder: parents' states -> workspace -> the children's (beam) slots
+                torch.add(parents, self.row_base64, out=self.parent_rows)
+                torch.index_select(self.pool, 0, self.parent_rows.view(-1), out=self.work)
+                self.pool[self.pool0:self.pool0 + N].copy_(self.work)
+        elif t == 0:
             idx[:, 1].copy_(self.ctx_read)
         else:   # parent's slot in the pool written at step t-1
             prev_base = self.pool0 + ((t - 1) % 2) * N
@@ -102,21 +128,40 @@ class VllmFullStateStepper(Stepper):
     def persistent_bytes(self):
         return self.pool.numel() * self.pool.element_size()
 
+    def workspace_bytes(self):
+        return 0 if self.work is None else self.work.numel() * self.work.element_size()
+
     def written_bytes(self):
-        one = self.geometry.state_bytes
-        return self.R * one + self.T * self.R * self.W * one
+        """Context copy at reset, the kernel's R·W states per step and, in paper mode, the reorder's two
+        passes (workspace, beam slots) per step t >= 1."""
+        one, N = self.geometry.state_bytes, self.R * self.W
+        copies = 2 * (self.T - 1) if self.paper else 0
+        return self.R * one + (self.T + copies) * N * one
+
+
+class VllmFullStatePaperStepper(VllmFullStateStepper):
+    paper = True
 
 
 class VllmFullStatePath(StepperPath):
     name = "vllm_fullstate"
     stepper_cls = VllmFullStateStepper
+    paper = False
+    pool_what = "the two-pool FullState state pool"
 
     def supports(self, geometry, shape, device):
         n = shape.R * shape.W
         return (vllm_reason(geometry, shape, device)
                 or _common.grid_reason(n * geometry.hv, "R*W*HV sequence-heads of fused_recurrent_gated_delta_rule")
-                or _common.memory_reason((1 + shape.R + 2 * n) * geometry.state_bytes, device,
-                                         "the two-pool FullState state pool"))
+                # index mode: two beam pools; paper mode: one pool and a workspace of the same size
+                or _common.memory_reason((1 + shape.R + 2 * n) * geometry.state_bytes, device, self.pool_what))
 
     def cost(self, wl):
-        return fullstate_cost(wl)
+        return fullstate_cost(wl, extra_state_copies=2, first_step_copies=0) if self.paper else fullstate_cost(wl)
+
+
+class VllmFullStatePaperPath(VllmFullStatePath):
+    name = "vllm_fullstate_paper"
+    stepper_cls = VllmFullStatePaperStepper
+    paper = True
+    pool_what = "the FullState pool and its reorder workspace"

@@ -6,6 +6,18 @@ update and writes the child's state -- reading slot parent(b) of the previous po
 other (ping-pong), so the parent-to-child copy costs no separate pass; at t = 0 every beam of request r reads
 S_ctx[r] directly. This is the fastest fair FullState we know how to write: one state read and one state write
 per beam and step, nothing else.
+
+Two maintenance modes, one kernel:
+- index mode (`controlled_fullstate`): the ping-pong above; two pools of R*W states (one if T = 1), no copy.
+- paper mode (`controlled_fullstate_paper`, `paper = True`): the paper's FullState, one persistent pool of R*W
+  states bound to beams. At t = 0 the kernel reads S_ctx[r] and writes every beam slot of request r. At each
+  t >= 1 the parents' states are first gathered into a preallocated transient workspace of R*W states
+  (`torch.index_select(pool, 0, parent_rows, out=work)`: one state read + write per beam, part of the timed
+  step), then the kernel reads beam slot b of the workspace (identity parent) and writes beam slot b of the
+  pool. Reading the workspace instead of copying it back first saves a second pass; the pool is still the only
+  state that persists between steps. The gather reads the parent rows from a preallocated index buffer
+  (no host sync, no allocation: CUDA-graph capturable). `persistent_bytes` counts the pool only;
+  `workspace_bytes` reports the workspace (R*W states for T > 1, none for T = 1).
 """
 from __future__ import annotations
 
@@ -78,7 +90,11 @@ def fullstate_block_v(K: int, V: int) -> int:
 
 
 class ControlledFullStateStepper(Stepper):
-    """Two fp32 pools of R*W per-beam states; step t reads pool (t-1)%2 at parent slots, writes pool t%2."""
+    """Index mode: two fp32 pools of R*W per-beam states; step t reads pool (t-1)%2 at parent slots, writes
+    pool t%2. Paper mode (`paper = True`): one pool; step t >= 1 gathers the parents' states into a transient
+    workspace, then the kernel reads the workspace at the beam's own slot and writes the pool."""
+
+    paper = False
 
     def __init__(self, geometry, R, W, T, device, block_v: int | None = None):
         super().__init__(geometry, R, W, T, device)
@@ -86,8 +102,16 @@ class ControlledFullStateStepper(Stepper):
         if reason:
             raise ValueError(reason)
         shape = (R * W, geometry.hv, geometry.v, geometry.k)
-        self.pools = [torch.empty(shape, dtype=torch.float32, device=device) for _ in range(2 if T > 1 else 1)]
+        n_pools = 1 if (self.paper or T == 1) else 2
+        self.pools = [torch.empty(shape, dtype=torch.float32, device=device) for _ in range(n_pools)]
         self.block_v = block_v or fullstate_block_v(geometry.k, geometry.v)
+        self.work = None
+        if self.paper and T > 1:
+            self.work = torch.empty(shape, dtype=torch.float32, device=device)
+            dev = self.device
+            self.row_base = (torch.arange(R, dtype=torch.int64, device=dev) * W)[:, None]      # [R, 1]
+            self.parent_rows = torch.empty(R, W, dtype=torch.int64, device=dev)
+            self.own_slot = torch.arange(W, dtype=torch.int32, device=dev).repeat(R)          # identity parent
 
     def reset(self, s_ctx, tail=None):
         self.s_ctx = check_reset(self, s_ctx, tail)
@@ -95,8 +119,17 @@ class ControlledFullStateStepper(Stepper):
     def step(self, t, q, k, v, g, beta, parents, out):
         geo, R, W = self.geometry, self.R, self.W
         check_step(self, t, q, k, v, g, beta, parents, out)
-        src = self.s_ctx if t == 0 else self.pools[(t - 1) % len(self.pools)]
-        dst = self.pools[t % len(self.pools)]
+        if self.paper:
+            dst = self.pools[0]
+            if t == 0:
+                src = self.s_ctx
+            else:   # the explicit reorder: parents' states into the workspace, the kernel reads them in place
+                torch.add(parents, self.row_base, out=self.parent_rows)
+                torch.index_select(dst, 0, self.parent_rows.view(-1), out=self.work)
+                src, parents = self.work, self.own_slot
+        else:
+            src = self.s_ctx if t == 0 else self.pools[(t - 1) % len(self.pools)]
+            dst = self.pools[t % len(self.pools)]
         grid = (geo.v // self.block_v, R * W, geo.hv)
         _fullstate_step_kernel[grid](
             q, k, v, g, beta, src, parents, dst, out, W, geo.hv,
@@ -109,8 +142,18 @@ class ControlledFullStateStepper(Stepper):
     def persistent_bytes(self):
         return sum(p.numel() * 4 for p in self.pools)
 
+    def workspace_bytes(self):
+        """Transient state bytes a step uses and no later step reads (the paper mode's gather workspace)."""
+        return 0 if self.work is None else self.work.numel() * 4
+
     def written_bytes(self):
-        return self.T * self.R * self.W * self.geometry.state_bytes
+        """Kernel writes (R*W states per step) plus, in paper mode, the gather's R*W per step t >= 1."""
+        gathers = self.T - 1 if self.paper else 0
+        return (self.T + gathers) * self.R * self.W * self.geometry.state_bytes
+
+
+class ControlledFullStatePaperStepper(ControlledFullStateStepper):
+    paper = True
 
 
 class ControlledFullStatePath(StepperPath):
@@ -123,6 +166,7 @@ class ControlledFullStatePath(StepperPath):
             return reason
         dev = torch.device(device)
         if dev.type == "cuda":
+            # index mode: two pools; paper mode: one pool and a workspace of the same size
             need = (2 if shape.T > 1 else 1) * shape.R * shape.W * geometry.state_bytes
             free = device_free_bytes(dev)
             if need > 0.8 * free:
@@ -132,3 +176,11 @@ class ControlledFullStatePath(StepperPath):
 
     def cost(self, wl) -> dict:
         return fullstate_cost(wl)
+
+
+class ControlledFullStatePaperPath(ControlledFullStatePath):
+    name = "controlled_fullstate_paper"
+    stepper_cls = ControlledFullStatePaperStepper
+
+    def cost(self, wl) -> dict:
+        return fullstate_cost(wl, extra_state_copies=1, first_step_copies=0)

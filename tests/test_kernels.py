@@ -14,7 +14,8 @@ from artifact.measure import DEFAULT_TOLERANCE, check_and_time, max_abs_err
 from artifact.paths import get_path
 from artifact.reference import fullstate_decode, replay_decode
 from artifact.workload import GEOMETRIES, LINEAGES, Geometry, make_workload
-from kernels.fullstate import ControlledFullStateStepper
+from artifact.reference import TorchFullStateStepper
+from kernels.fullstate import ControlledFullStatePaperStepper, ControlledFullStateStepper
 from kernels.onela import OneLA, OneLAStepper, launch_config, onela_naive, step_launches
 
 SMALL = [  # (geometry, R, W, T): W not a power of two, T = 1, HV = 4 HK, K != V
@@ -40,7 +41,8 @@ def _run(stepper_cls, wl, out_dtype=torch.float32, *ctor_args):
 
 CASES = [(OneLAStepper, lineage, *shape) for lineage in LINEAGES for shape in SMALL] + [
     # the FullState kernel runs one program per beam and head: slow under the interpreter, so fewer cases
-    (ControlledFullStateStepper, lineage, *SMALL[i]) for lineage, i in (("beam", 0), ("reversed", 1), ("beam", 2))]
+    (ControlledFullStateStepper, lineage, *SMALL[i]) for lineage, i in (("beam", 0), ("reversed", 1), ("beam", 2))
+] + [(ControlledFullStatePaperStepper, lineage, *SMALL[i]) for lineage, i in (("beam", 0), ("reversed", 1))]
 
 
 @pytest.mark.parametrize("stepper_cls,lineage,geo,R,W,T", CASES)
@@ -51,7 +53,7 @@ def test_kernel_matches_fp64_reference(stepper_cls, lineage, geo, R, W, T, devic
     assert torch.isfinite(out).all(), "an output element was never written (poisoned NaN survived)"
     err = (out.double() - ref).abs().max().item()
     tol = (GPU_REL_TOL if device == "cuda" else CPU_REL_TOL) * ref.abs().max().item()
-    if stepper_cls is ControlledFullStateStepper:
+    if issubclass(stepper_cls, ControlledFullStateStepper):
         tol = 1e-5   # fp32 state, no bf16 records
     assert err <= tol, f"max abs err {err:.3e} > {tol:.1e}"
 
@@ -217,7 +219,7 @@ def test_paths_pass_the_gate_on_cpu(device):
     """The registered paths through the one gate the sweep uses (bf16 outputs like the frameworks')."""
     wl = make_workload(Geometry(2, 4, 16, 16), 2, 6, 3, seed=3, device=device, prompt_len=16)
     ref = fullstate_decode(wl)
-    for name in ("onela", "controlled_fullstate"):
+    for name in ("onela", "controlled_fullstate", "controlled_fullstate_paper"):
         # bf16 outputs at |o| ~ 0.3 (tiny K): half a bf16 ulp is 1e-3, plus the records' rounding
         res = check_and_time(get_path(name), wl, ref, tolerance=0.015 * ref.abs().max().item(), time_it=False)
         assert res.status == "ok", (name, res.reason)
@@ -572,3 +574,46 @@ def test_gpu_every_shape_supports_accepts_runs_and_passes():
         torch.cuda.empty_cache()
     print(f"contract: {len(_CONTRACT)} shapes asked, {accepted} accepted, {accepted} run, {passed} passed")
     assert accepted >= 13
+
+
+def test_controlled_fullstate_paper_mode_gathers_into_one_pool(device):
+    """Paper mode keeps one pool of R*W states (half the index mode's two) plus a transient workspace of the
+    same size, reported apart; each step t >= 1 gathers the parents' states of step t - 1 into the workspace,
+    and after every step the pool holds each beam's own state (the fp64 reference's)."""
+    geo, R, W, T = SMALL[0]
+    wl = make_workload(geo, R, W, T, lineage="reversed", seed=11, device=device, prompt_len=16)
+    ref = TorchFullStateStepper(geo, R, W, T, device, torch.float64)
+    st = ControlledFullStatePaperStepper(geo, R, W, T, device)
+    idx = ControlledFullStateStepper(geo, R, W, T, device)
+    n_state = R * W * geo.state_bytes
+    assert st.persistent_bytes() == n_state and idx.persistent_bytes() == 2 * n_state
+    assert st.workspace_bytes() == n_state and idx.workspace_bytes() == 0
+    assert st.written_bytes() == (2 * T - 1) * n_state and idx.written_bytes() == T * n_state
+    assert ControlledFullStatePaperStepper(geo, R, W, 1, device).workspace_bytes() == 0
+    out = torch.empty(R, W, geo.hv, geo.v, dtype=torch.float32, device=device)
+    ref_out = torch.empty(R, W, geo.hv, geo.v, dtype=torch.float64, device=device)
+    st.reset(wl.s_ctx)
+    ref.reset(wl.s_ctx)
+    prev = None
+    for t in range(T):
+        args = (wl.q[t], wl.k[t], wl.v[t], wl.g[t], wl.beta[t], wl.parents[t])
+        st.step(t, *args, out)
+        ref.step(t, *args, ref_out)
+        if t > 0:   # the workspace holds the parents' states: the explicit reorder happened
+            parents = wl.parents[t].long()
+            gathered = torch.stack([prev[r, parents[r]] for r in range(R)])
+            torch.testing.assert_close(st.work.view(R, W, *st.work.shape[1:]).double(), gathered,
+                                       rtol=0, atol=1e-5)
+        prev = ref.S.clone()
+        torch.testing.assert_close(st.pools[0].view(R, W, *st.pools[0].shape[1:]).double(), ref.S,
+                                   rtol=0, atol=1e-5)
+    assert not torch.equal(wl.parents[1:], torch.arange(W, dtype=wl.parents.dtype).expand_as(wl.parents[1:]))
+
+
+def test_fullstate_paper_paths_are_registered_and_report_a_workspace():
+    from artifact.paths import PATHS, DecodePath
+    for system in ("controlled", "vllm", "sglang", "flashinfer", "trtllm"):
+        assert f"{system}_fullstate" in PATHS and f"{system}_fullstate_paper" in PATHS
+        path = get_path(f"{system}_fullstate_paper")
+        assert path.name == f"{system}_fullstate_paper" and isinstance(path, DecodePath)
+        assert type(path).__module__ == type(get_path(f"{system}_fullstate")).__module__   # one module, two modes
