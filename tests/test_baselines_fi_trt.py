@@ -361,3 +361,61 @@ def test_free_memory_counts_the_blocks_pytorch_caches_but_does_not_use(monkeypat
     assert device_free_bytes("cuda") == 131 << 30
     assert _common.memory_reason(48 << 30, "cuda", "two pools") is None
     assert "131.00 GiB" in _common.memory_reason(140 << 30, "cuda", "two pools")
+
+
+# ---- paper mode: one pool, explicit reorder through a transient workspace (CPU stand-ins) ----
+
+@pytest.mark.parametrize("lineage", LINEAGES)
+def test_flashinfer_paper_mode_reorders_one_pool(fake_fi, monkeypatch, lineage):
+    seen = []
+
+    def spy(*a, **kw):
+        seen.append((kw["initial_state_indices"].clone(), kw["output_state_indices"].clone()))
+        return fake_fi_pretranspose(*a, **kw)
+
+    monkeypatch.setattr(fi, "kernel", lambda: spy)
+    wl = make_workload(QWEN, R=2, W=6, T=3, lineage=lineage, seed=3)
+    path = fi.FlashInferFullStatePaperPath()
+    res = _check(path, wl)
+    assert res.status == "ok", res.reason
+    sb, N = QWEN.state_bytes, 12
+    assert res.persistent_bytes == (2 + N) * sb and path.workspace_bytes() == N * sb
+    assert res.written_bytes == (2 + 3 * N + 2 * 2 * N) * sb
+    assert torch.equal(seen[0][0], torch.arange(2).repeat_interleave(6).int())     # t = 0: context slots
+    assert all(torch.equal(r, w) for r, w in seen[1:3])                              # later: in place
+    c_idx, c_pap = fi.FlashInferFullStatePath().cost(wl), path.cost(wl)
+    assert c_pap["compulsory_bytes"] - c_idx["compulsory_bytes"] == 2 * 2 * 2 * N * sb   # 2 copies, t >= 1
+
+
+@pytest.mark.parametrize("layout,lineage", [("vk", lin) for lin in LINEAGES] + [("kv", "beam")])
+def test_trtllm_paper_mode_reorders_one_pool(monkeypatch, layout, lineage):
+    monkeypatch.setattr(trt, "kernel", lambda: make_fake_trt(layout, True))
+    geo = Geometry(2, 4, 128, 64)
+    wl = make_workload(geo, R=2, W=6, T=3, lineage=lineage, seed=5)
+    path = trt.TrtllmFullStatePaperPath()
+    res = _check(path, wl)
+    assert res.status == "ok", res.reason
+    sb, N, ctx = geo.state_bytes, 12, (0 if layout == "vk" else 2 * geo.state_bytes)
+    assert res.persistent_bytes == N * sb + ctx and path.workspace_bytes() == N * sb
+    assert res.written_bytes == (N + 3 * N + 2 * 2 * N) * sb + ctx
+    assert path.stepper.pools.shape[0] == 1
+    c_idx, c_pap = trt.TrtllmFullStatePath().cost(wl), path.cost(wl)
+    assert c_pap["compulsory_bytes"] - c_idx["compulsory_bytes"] == 2 * 2 * N * sb     # one more copy, t >= 1
+
+
+def test_paper_mode_check_fails_without_the_gather(monkeypatch):
+    """The gate is not vacuous for the paper mode: a reorder that keeps every child on its own slot (identity
+    parents, i.e. no gather) fails the check on a permuted lineage."""
+    monkeypatch.setattr(trt, "kernel", lambda: make_fake_trt("vk", True))
+
+    class NoGather(trt.TrtllmFullStatePaperStepper):
+        def step(self, t, q, k, v, g, beta, parents, out):
+            own = torch.arange(self.W, dtype=parents.dtype).expand_as(parents).contiguous()
+            return trt.TrtllmFullStatePaperStepper.step(self, t, q, k, v, g, beta, own, out)
+
+    class NoGatherPath(trt.TrtllmFullStatePaperPath):
+        stepper_cls = NoGather
+
+    wl = make_workload(Geometry(2, 4, 128, 64), R=2, W=6, T=3, lineage="reversed", seed=5)
+    assert _check(trt.TrtllmFullStatePaperPath(), wl).status == "ok"
+    assert _check(NoGatherPath(), wl).status == "failed"

@@ -180,3 +180,48 @@ def test_framework_kernel_matches_reference(name, geo, lineage):
 def test_too_large_grid_is_a_reason(name):
     why = get_path(name).supports(Geometry(16, 16, 128, 128), Shape(16, 512, 2), torch.device("cuda"))
     assert why is not None and "65535" in why, why
+
+
+# ---------------------------------------------------------------- paper mode: one pool, explicit reorder
+
+
+@pytest.mark.parametrize("name", sorted(STAND_INS))
+@pytest.mark.parametrize("lineage", LINEAGES)
+def test_paper_mode_reorders_one_pool_against_kernel_contract(monkeypatch, name, lineage):
+    """`<system>_fullstate_paper`: the same adapter with one beam pool (plus vLLM's null and context slots) and
+    a transient workspace of R*W states reported apart; the stand-in kernel reads and writes each beam's own
+    slot at t >= 1 (vLLM's read index == write index), so only the explicit gather can bring a parent's state."""
+    module, fake = STAND_INS[name]
+    calls = []
+
+    def spy(*args, **kw):
+        idx = kw["ssm_state_indices"]
+        calls.append(idx.clone())
+        return fake(*args, **kw)
+
+    monkeypatch.setattr(f"{module}.kernel", lambda: spy)
+    geo = Geometry(2, 2, 16, 8)
+    R, W, T = 2, 5, 4
+    wl = make_workload(geo, R, W, T, lineage=lineage, device="cpu", prompt_len=6)
+    wl.g.mul_(0.02)
+    ref = fullstate_decode(wl)
+    tol = float(ref.abs().max()) * 2.0 ** -8
+    path = get_path(f"{name}_paper")
+    res = check_and_time(path, wl, ref, tolerance=tol, time_it=False)
+    assert res.status == "ok", res.reason
+    st, sb, N = path.stepper, geo.state_bytes, R * W
+    fixed = 1 + R if name == "vllm_fullstate" else 0          # vLLM's null slot and R context slots
+    assert res.persistent_bytes == st.persistent_bytes() == (fixed + N) * sb
+    assert path.workspace_bytes() == st.workspace_bytes() == N * sb
+    index = get_path(name)
+    index.prepare(wl)
+    assert index.persistent_bytes() - res.persistent_bytes == N * sb and index.workspace_bytes() == 0
+    if name == "vllm_fullstate":
+        assert res.written_bytes == (R + T * N + 2 * (T - 1) * N) * sb
+        later = calls[-1]
+        assert torch.equal(later[:, 0], later[:, 1])            # in place: read slot == write slot
+        assert torch.equal(calls[0][:, 1], (1 + torch.arange(R)).repeat_interleave(W).int())   # t = 0: context
+    else:
+        assert res.written_bytes == (N + T * N + 2 * (T - 1) * N) * sb
+        assert all(torch.equal(c, calls[0]) for c in calls)     # the same in-place slots every step
+    assert path.cost(wl)["compulsory_bytes"] > index.cost(wl)["compulsory_bytes"]
