@@ -63,6 +63,19 @@ def paper_vs_ours(res: Results) -> list[str]:
     return _table(["where", "quantity", "paper", "ours", "ours/paper", "source; how ours was computed"], rows)
 
 
+def paths_not_measured(res: Results) -> list[str]:
+    """Registered paths with no row in any suite (e.g. a mode added after the last GPU run): named, so a reader
+    sees they exist and were not measured rather than that they were dropped."""
+    from artifact.paths import PATHS
+    df = res.all_rows()
+    seen = set(df["path"].astype(str)) if len(df) else set()
+    missing = [p for p in PATHS if p not in seen]
+    if not missing:
+        return ["Every registered path has rows."]
+    return [f"**Registered paths {NOT_MEASURED}** (no row in any suite): " + ", ".join(f"`{p}`" for p in missing)
+            + "."]
+
+
 def inputs(res: Results) -> list[str]:
     rows = []
     for s in SUITES:
@@ -70,6 +83,7 @@ def inputs(res: Results) -> list[str]:
         counts = df["status"].value_counts()
         rows.append([s, len(df), *(int(counts.get(k, 0)) for k in ("ok", "skipped", "failed"))])
     out = _table(["suite (results/<suite>.csv)", "rows", "ok", "skipped", "failed"], rows)
+    out += ["", *paths_not_measured(res)]
     if res.notes:
         out += ["", f"**Read but not drawn ({len(res.notes)})**: lines that are not valid rows, torn lines, "
                     "conflicting copies of a cell, unreadable env records."]

@@ -12,7 +12,8 @@ import matplotlib
 matplotlib.use("Agg")  # no display: the reporting stage runs on any machine
 import matplotlib.pyplot as plt  # noqa: E402
 
-# path -> (display name, colour). Framework FullState paths are saturated, replay paths their light tint.
+# path -> (display name, colour). Framework FullState paths are saturated, replay paths their light tint, the
+# paper-mode FullState paths (one persistent pool, an explicit state copy per step) their dark shade.
 PATH_STYLE: dict[str, tuple[str, str]] = {
     "onela": ("OneLA", "#c62828"),
     "controlled_fullstate": ("Controlled FullState", "#616161"),
@@ -22,6 +23,11 @@ PATH_STYLE: dict[str, tuple[str, str]] = {
     "sglang_replayssm": ("SGLang ReplaySSM", "#a5d6a7"),
     "flashinfer_fullstate": ("FlashInfer FullState", "#6a1b9a"),
     "trtllm_fullstate": ("TRT-LLM FullState", "#ef6c00"),
+    "controlled_fullstate_paper": ("Controlled FullState (paper: explicit state copy)", "#212121"),
+    "vllm_fullstate_paper": ("vLLM FullState (paper: explicit state copy)", "#0d47a1"),
+    "sglang_fullstate_paper": ("SGLang FullState (paper: explicit state copy)", "#1b5e20"),
+    "flashinfer_fullstate_paper": ("FlashInfer FullState (paper: explicit state copy)", "#4a148c"),
+    "trtllm_fullstate_paper": ("TRT-LLM FullState (paper: explicit state copy)", "#bf360c"),
     "reference_fullstate": ("Reference FullState (torch)", "#8d6e63"),
     "reference_replay": ("Reference replay (torch)", "#bcaaa4"),
 }

@@ -274,3 +274,18 @@ def test_torn_line_shards_and_repeats(tmp_path):
     res = load_results(tmp_path)
     assert len(res["traffic"]) == 6 and len(res["recurrent_path"]) == 6
     assert res["traffic"]["arith_intensity"].max() == pytest.approx(30.0)
+
+
+def test_report_names_registered_paths_without_rows_and_styles_every_path():
+    """A registered path with no row in any suite (the paper-mode FullState paths until their GPU run) is named
+    in REPORT as not measured yet; every registered path has a display name and colour."""
+    from pathlib import Path
+
+    from artifact.paths import PATHS
+    from plots.style import PATH_STYLE
+    assert set(PATHS) <= set(PATH_STYLE)
+    res = load_results(Path(__file__).resolve().parent.parent / "results")
+    line = " ".join(report.paths_not_measured(res))
+    assert report.NOT_MEASURED in line
+    for p in ("controlled", "vllm", "sglang", "flashinfer", "trtllm"):
+        assert f"`{p}_fullstate_paper`" in line and f"`{p}_fullstate`" not in line
