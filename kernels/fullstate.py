@@ -123,7 +123,8 @@ class ControlledFullStateStepper(Stepper):
             dst = self.pools[0]
             if t == 0:
                 src = self.s_ctx
-            else:   # the explicit reorder: parents' states into the workspace, the kernel reads them in place
+            else:   # the explicit reorder: parents' states into the workspace; the kernel reads each beam's own
+                #       workspace slot and writes its pool slot
                 torch.add(parents, self.row_base, out=self.parent_rows)
                 torch.index_select(dst, 0, self.parent_rows.view(-1), out=self.work)
                 src, parents = self.work, self.own_slot
