@@ -201,8 +201,9 @@ class Stepper(abc.ABC):
 
     def workspace_bytes(self) -> int:
         """Transient state bytes a step uses and no later step reads (e.g. the paper FullState's gather
-        workspace); reported beside persistent_bytes, never in it. 0 unless a stepper keeps one."""
-        return 0
+        workspace, kept as the tensor `work`); reported beside persistent_bytes, never in it. 0 without one."""
+        work = getattr(self, "work", None)
+        return 0 if work is None else work.numel() * work.element_size()
 
 
 class StepperPath(DecodePath):

@@ -82,3 +82,21 @@ def gates_to_logits(g: torch.Tensor, beta: torch.Tensor, a_out: torch.Tensor, b_
     torch.expm1(g, out=a_out)
     a_out.neg_().log_().sub_(g)
     torch.logit(beta, out=b_out)
+
+
+def slot_pool_written_bytes(st) -> int:
+    """State bytes a slot-pool FullState stepper (vLLM's and FlashInfer's layout: context slots, then beam slots)
+    writes over a T-step decode: the context copy at reset (R states), the kernel's R·W states per step and, in
+    paper mode, the reorder's two passes (workspace, beam slots) per step t >= 1."""
+    one, N = st.geometry.state_bytes, st.R * st.W
+    copies = 2 * (st.T - 1) if st.paper else 0
+    return st.R * one + (st.T + copies) * N * one
+
+
+def reorder_beam_slots(st, parents: torch.Tensor) -> None:
+    """The paper mode's explicit beam-state maintenance in a slot pool: the parents' states (pool rows
+    parents + row_base64) gathered into the workspace, then copied into the children's beam slots (pool rows
+    pool0 .. pool0 + R·W). Preallocated buffers only: graph-capturable."""
+    torch.add(parents, st.row_base64, out=st.parent_rows)
+    torch.index_select(st.pool, 0, st.parent_rows.view(-1), out=st.work)
+    st.pool[st.pool0:st.pool0 + st.R * st.W].copy_(st.work)

@@ -123,9 +123,6 @@ class SglangFullStateStepper(Stepper):
     def persistent_bytes(self):
         return self.pools.numel() * self.pools.element_size()
 
-    def workspace_bytes(self):
-        return 0 if self.work is None else self.work.numel() * self.work.element_size()
-
     def written_bytes(self):
         """Index mode: gather + kernel per step. Paper mode: the t = 0 context copy, kernel per step and the
         reorder's two passes (workspace, pool) per step t >= 1."""

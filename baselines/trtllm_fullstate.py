@@ -196,9 +196,6 @@ class TrtllmFullStateStepper(Stepper):
         extra = 0 if self.ctx_kv is None else self.ctx_kv.numel() * 4
         return self.pools.numel() * self.pools.element_size() + extra
 
-    def workspace_bytes(self):
-        return 0 if self.work is None else self.work.numel() * self.work.element_size()
-
     def written_bytes(self):
         """Index mode: gather + kernel per step. Paper mode: the t = 0 context copy, kernel per step and the
         reorder's two passes (workspace, pool) per step t >= 1. Plus the transposed s_ctx if the layout needs it."""

@@ -109,10 +109,8 @@ class VllmFullStateStepper(Stepper):
         R, W, N, geo = self.R, self.W, self.R * self.W, self.geometry
         idx = self.idx[min(t, 1) if self.paper else t % 2]
         if self.paper:
-            if t > 0:   # the explicit reorder: parents' states -> workspace -> the children's (beam) slots
-                torch.add(parents, self.row_base64, out=self.parent_rows)
-                torch.index_select(self.pool, 0, self.parent_rows.view(-1), out=self.work)
-                self.pool[self.pool0:self.pool0 + N].copy_(self.work)
+            if t > 0:
+                _common.reorder_beam_slots(self, parents)
         elif t == 0:
             idx[:, 1].copy_(self.ctx_read)
         else:   # parent's slot in the pool written at step t-1
@@ -128,15 +126,8 @@ class VllmFullStateStepper(Stepper):
     def persistent_bytes(self):
         return self.pool.numel() * self.pool.element_size()
 
-    def workspace_bytes(self):
-        return 0 if self.work is None else self.work.numel() * self.work.element_size()
-
     def written_bytes(self):
-        """Context copy at reset, the kernel's R·W states per step and, in paper mode, the reorder's two
-        passes (workspace, beam slots) per step t >= 1."""
-        one, N = self.geometry.state_bytes, self.R * self.W
-        copies = 2 * (self.T - 1) if self.paper else 0
-        return self.R * one + (self.T + copies) * N * one
+        return _common.slot_pool_written_bytes(self)
 
 
 class VllmFullStatePaperStepper(VllmFullStateStepper):

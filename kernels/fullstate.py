@@ -143,10 +143,6 @@ class ControlledFullStateStepper(Stepper):
     def persistent_bytes(self):
         return sum(p.numel() * 4 for p in self.pools)
 
-    def workspace_bytes(self):
-        """Transient state bytes a step uses and no later step reads (the paper mode's gather workspace)."""
-        return 0 if self.work is None else self.work.numel() * 4
-
     def written_bytes(self):
         """Kernel writes (R*W states per step) plus, in paper mode, the gather's R*W per step t >= 1."""
         gathers = self.T - 1 if self.paper else 0
