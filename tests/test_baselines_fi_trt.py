@@ -296,15 +296,17 @@ def _gpu_cell(name: str, geometry: str, lineage: str):
 @pytest.mark.gpu
 @pytest.mark.parametrize("lineage", LINEAGES)
 @pytest.mark.parametrize("geometry", GPU_GEOMETRIES)
-def test_flashinfer_kernel_matches_reference_gpu(geometry, lineage):
-    _gpu_cell("flashinfer_fullstate", geometry, lineage)
+@pytest.mark.parametrize("mode", ["", "_paper"])
+def test_flashinfer_kernel_matches_reference_gpu(geometry, lineage, mode):
+    _gpu_cell("flashinfer_fullstate" + mode, geometry, lineage)
 
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("lineage", LINEAGES)
 @pytest.mark.parametrize("geometry", GPU_GEOMETRIES + ["gdn_small", "range_k256_v256"])
-def test_trtllm_kernel_matches_reference_gpu(geometry, lineage):
-    _gpu_cell("trtllm_fullstate", geometry, lineage)
+@pytest.mark.parametrize("mode", ["", "_paper"])
+def test_trtllm_kernel_matches_reference_gpu(geometry, lineage, mode):
+    _gpu_cell("trtllm_fullstate" + mode, geometry, lineage)
 
 
 _V256_PROBE = """

@@ -161,7 +161,7 @@ GPU_GEOMETRIES = [Geometry(16, 16, 128, 128), Geometry(16, 64, 128, 128), Geomet
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("name", PATH_NAMES)
+@pytest.mark.parametrize("name", PATH_NAMES + [f"{n}_paper" for n in PATH_NAMES])
 @pytest.mark.parametrize("geo", GPU_GEOMETRIES, ids=lambda g: f"{g.hk}-{g.hv}-{g.k}-{g.v}")
 @pytest.mark.parametrize("lineage", LINEAGES)
 def test_framework_kernel_matches_reference(name, geo, lineage):
