@@ -87,16 +87,27 @@ def gates_to_logits(g: torch.Tensor, beta: torch.Tensor, a_out: torch.Tensor, b_
 def slot_pool_written_bytes(st) -> int:
     """State bytes a slot-pool FullState stepper (vLLM's and FlashInfer's layout: context slots, then beam slots)
     writes over a T-step decode: the context copy at reset (R states), the kernel's R·W states per step and, in
-    paper mode, the reorder's two passes (workspace, beam slots) per step t >= 1."""
+    paper mode, the reorder's gather into the workspace per step t >= 1."""
     one, N = st.geometry.state_bytes, st.R * st.W
-    copies = 2 * (st.T - 1) if st.paper else 0
+    copies = st.T - 1 if st.paper else 0
     return st.R * one + (st.T + copies) * N * one
+
+
+def slot_pool_with_workspace(st, n_slots: int, n_work: int, geometry) -> None:
+    """One fp32 slot tensor for a kernel that takes a single state tensor with separate read and write slot
+    indices (vLLM's, FlashInfer's): `n_slots` persistent slots, then `n_work` workspace rows (st.work, a view)
+    that the paper mode's reorder gathers the parents' states into and the kernel reads. `st.slots` is the
+    persistent part, the gather's source: its memory does not overlap the workspace's."""
+    g = geometry
+    st.pool = torch.zeros(n_slots + n_work, g.hv, g.v, g.k, dtype=torch.float32, device=st.device)
+    st.slots = st.pool[:n_slots]
+    st.ws0 = n_slots
+    st.work = st.pool[n_slots:] if n_work else None
 
 
 def reorder_beam_slots(st, parents: torch.Tensor) -> None:
     """The paper mode's explicit beam-state maintenance in a slot pool: the parents' states (pool rows
-    parents + row_base64) gathered into the workspace, then copied into the children's beam slots (pool rows
-    pool0 .. pool0 + R·W). Preallocated buffers only: graph-capturable."""
+    parents + row_base64) gathered into the workspace rows, which the kernel then reads while it writes each
+    child's own beam slot. Preallocated buffers only: graph-capturable."""
     torch.add(parents, st.row_base64, out=st.parent_rows)
-    torch.index_select(st.pool, 0, st.parent_rows.view(-1), out=st.work)
-    st.pool[st.pool0:st.pool0 + st.R * st.W].copy_(st.work)
+    torch.index_select(st.slots, 0, st.parent_rows.view(-1), out=st.work)

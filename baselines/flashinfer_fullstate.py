@@ -22,11 +22,11 @@ K tile (TILE_K = 128, 4 values per lane of one warp) and writes back only the fi
 
 Index mode (`flashinfer_fullstate`) is the above. Paper mode (`flashinfer_fullstate_paper`, `paper = True`) is the
 paper's FullState: one persistent pool of R + R·W slots (contexts, one slot bound to each beam). At t = 0 beam b
-of request r reads context slot r and writes its own slot. At each t >= 1 the step first reorders the beam slots:
-`torch.index_select` of the parents' slots into a preallocated transient workspace of R·W states, then `copy_`
-back into the beam slots (the kernel takes one state tensor, so it cannot read a workspace outside the pool),
-then the kernel updates every beam slot in place (read index == write index). Two extra state reads + writes
-per beam per step t >= 1; no host sync, no allocation. `workspace_bytes` reports the workspace;
+of request r reads context slot r and writes its own slot. At each t >= 1 the step first reorders the beams'
+states: `torch.index_select` of the parents' slots into a preallocated transient workspace of R·W states, rows
+of the same tensor after the pool (the kernel takes one state tensor), then the kernel reads each beam's
+gathered parent state from the workspace and writes the beam's own slot. One extra state read + write per beam
+per step t >= 1; no host sync, no allocation. `workspace_bytes` reports the workspace;
 `persistent_bytes` the pool only.
 """
 from __future__ import annotations
@@ -118,19 +118,17 @@ class FlashInferFullStateStepper(Stepper):
         N, g, dev = R * W, geometry, self.device
         self.pool0 = R                           # slots [0, R): contexts; then pools A, B (paper mode: one pool)
         n_beam = (1 if self.paper else 2) * N
-        self.pool = torch.zeros(R + n_beam, g.hv, g.v, g.k, dtype=torch.float32, device=dev)
+        _common.slot_pool_with_workspace(self, R + n_beam, N if self.paper and T > 1 else 0, g)
         beam = torch.arange(N, dtype=torch.int32, device=dev)
         # one allocation per index vector: the kernel assumes 16-byte aligned index tensors
         self.write_idx = [self.pool0 + beam, self.pool0 + (0 if self.paper else N) + beam]
         self.read_idx = [torch.empty(N, dtype=torch.int32, device=dev) for _ in range(2)]
         self.ctx_read = torch.arange(R, dtype=torch.int32, device=dev).repeat_interleave(W)
         self.row_base = (torch.arange(R, dtype=torch.int32, device=dev) * W)[:, None]      # [R, 1]
-        self.work = None
-        if self.paper:          # fixed read indices: the context slot at t = 0, the beam's own slot later
+        if self.paper:          # fixed read indices: the context slot at t = 0, the beam's workspace row later
             self.read_idx[0].copy_(self.ctx_read)
-            self.read_idx[1].copy_(self.pool0 + beam)
+            self.read_idx[1].copy_(self.ws0 + beam)
             if T > 1:
-                self.work = torch.empty(N, g.hv, g.v, g.k, dtype=torch.float32, device=dev)
                 self.parent_rows = torch.empty(R, W, dtype=torch.int64, device=dev)
                 self.row_base64 = self.row_base.long() + self.pool0
         self.a = torch.empty(N, 1, g.hv, dtype=torch.float32, device=dev)
@@ -164,7 +162,7 @@ class FlashInferFullStateStepper(Stepper):
         return out
 
     def persistent_bytes(self):
-        return self.pool.numel() * self.pool.element_size()
+        return self.slots.numel() * self.slots.element_size()
 
     def written_bytes(self):
         return _common.slot_pool_written_bytes(self)
@@ -188,7 +186,7 @@ class FlashInferFullStatePath(StepperPath):
                                          else "the two-pool FullState state pool"))
 
     def cost(self, wl):
-        return fullstate_cost(wl, extra_state_copies=2, first_step_copies=0) if self.paper else fullstate_cost(wl)
+        return fullstate_cost(wl, extra_state_copies=1, first_step_copies=0) if self.paper else fullstate_cost(wl)
 
 
 class FlashInferFullStatePaperPath(FlashInferFullStatePath):

@@ -22,12 +22,11 @@ launch grid puts N·HV on grid z).
 Paper mode (`vllm_fullstate_paper`, `paper = True`): the paper's FullState, one persistent pool of
 1 + R + R·W slots (null, context, one slot bound to each beam). At t = 0 beam b of request r reads context
 slot r and writes its own slot (as vLLM's decode after prefill). At each t >= 1 the step first reorders the
-beams' slots as vLLM's cache handling would when a beam forks: `torch.index_select` of the parents' slots into
-a preallocated transient workspace of R·W states, then `copy_` of the workspace back into the beam slots (the
-kernel takes a single state tensor, so it cannot read a workspace outside the pool), then the kernel updates
-every beam's slot in place (read slot == write slot, fixed indices). Two extra state reads + writes per beam
-per step t >= 1; no host sync, no allocation. `workspace_bytes` reports the workspace; `persistent_bytes` the
-pool only.
+beams' states as vLLM's cache handling would when a beam forks: `torch.index_select` of the parents' slots into
+a preallocated transient workspace of R·W states, rows of the same tensor after the pool (the kernel takes a
+single state tensor), then the kernel reads each beam's gathered parent state from the workspace and writes
+the beam's own slot (fixed indices). One extra state read + write per beam per step t >= 1; no host sync, no
+allocation. `workspace_bytes` reports the workspace; `persistent_bytes` the pool only.
 """
 from __future__ import annotations
 
@@ -80,7 +79,7 @@ class VllmFullStateStepper(Stepper):
         N, g = R * W, geometry
         self.ctx0, self.pool0 = 1, 1 + R
         n_beam = (1 if self.paper else 2) * N
-        self.pool = torch.zeros(1 + R + n_beam, g.hv, g.v, g.k, dtype=torch.float32, device=self.device)
+        _common.slot_pool_with_workspace(self, 1 + R + n_beam, N if self.paper and T > 1 else 0, g)
         beam = torch.arange(N, dtype=torch.int32, device=self.device)
         self.ctx_read = (self.ctx0 + torch.arange(R, dtype=torch.int32, device=self.device)
                          ).repeat_interleave(W)
@@ -89,12 +88,10 @@ class VllmFullStateStepper(Stepper):
         self.idx[0, :, 0] = self.pool0 + beam
         self.idx[1, :, 0] = self.pool0 + (0 if self.paper else N) + beam
         self.row_base = (torch.arange(R, dtype=torch.int32, device=self.device) * W)[:, None]   # [R, 1]
-        self.work = None
-        if self.paper:      # fixed indices: t = 0 reads the context slot, later steps read the beam's own slot
+        if self.paper:      # fixed indices: t = 0 reads the context slot, later steps the beam's workspace row
             self.idx[0, :, 1] = self.ctx_read
-            self.idx[1, :, 1] = self.pool0 + beam
+            self.idx[1, :, 1] = self.ws0 + beam
             if T > 1:
-                self.work = torch.empty(N, g.hv, g.v, g.k, dtype=torch.float32, device=self.device)
                 self.parent_rows = torch.empty(R, W, dtype=torch.int64, device=self.device)
                 self.row_base64 = self.row_base.long() + self.pool0
         self.accepted = torch.full((N,), 2, dtype=torch.int32, device=self.device)
@@ -124,7 +121,7 @@ class VllmFullStateStepper(Stepper):
         return out
 
     def persistent_bytes(self):
-        return self.pool.numel() * self.pool.element_size()
+        return self.slots.numel() * self.slots.element_size()
 
     def written_bytes(self):
         return _common.slot_pool_written_bytes(self)
@@ -148,7 +145,7 @@ class VllmFullStatePath(StepperPath):
                 or _common.memory_reason((1 + shape.R + 2 * n) * geometry.state_bytes, device, self.pool_what))
 
     def cost(self, wl):
-        return fullstate_cost(wl, extra_state_copies=2, first_step_copies=0) if self.paper else fullstate_cost(wl)
+        return fullstate_cost(wl, extra_state_copies=1, first_step_copies=0) if self.paper else fullstate_cost(wl)
 
 
 class VllmFullStatePaperPath(VllmFullStatePath):

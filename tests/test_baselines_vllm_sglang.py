@@ -189,8 +189,9 @@ def test_too_large_grid_is_a_reason(name):
 @pytest.mark.parametrize("lineage", LINEAGES)
 def test_paper_mode_reorders_one_pool_against_kernel_contract(monkeypatch, name, lineage):
     """`<system>_fullstate_paper`: the same adapter with one beam pool (plus vLLM's null and context slots) and
-    a transient workspace of R*W states reported apart; the stand-in kernel reads and writes each beam's own
-    slot at t >= 1 (vLLM's read index == write index), so only the explicit gather can bring a parent's state."""
+    a transient workspace of R*W states reported apart. At t >= 1 vLLM's stand-in reads each beam's fixed
+    workspace row and writes the beam's own slot; SGLang's reads and writes each beam's own slot. Either way
+    only the explicit gather can bring a parent's state."""
     module, fake = STAND_INS[name]
     calls = []
 
@@ -217,9 +218,10 @@ def test_paper_mode_reorders_one_pool_against_kernel_contract(monkeypatch, name,
     index.prepare(wl)
     assert index.persistent_bytes() - res.persistent_bytes == N * sb and index.workspace_bytes() == 0
     if name == "vllm_fullstate":
-        assert res.written_bytes == (R + T * N + 2 * (T - 1) * N) * sb
-        later = calls[-1]
-        assert torch.equal(later[:, 0], later[:, 1])            # in place: read slot == write slot
+        assert res.written_bytes == (R + T * N + (T - 1) * N) * sb   # one gather per step t >= 1
+        ws0, beam = 1 + R + N, torch.arange(N).int()
+        assert all(torch.equal(c[:, 1], ws0 + beam) for c in calls[1:])     # reads: the workspace rows
+        assert all(torch.equal(c[:, 0], 1 + R + beam) for c in calls)       # writes: the beam's own slot
         assert torch.equal(calls[0][:, 1], (1 + torch.arange(R)).repeat_interleave(W).int())   # t = 0: context
     else:
         assert res.written_bytes == (N + T * N + 2 * (T - 1) * N) * sb
