@@ -167,7 +167,7 @@ quick_gpu() {
     "$PY" -m sweeps.run suite=quick_operator results_dir="$RUN_DIR" progress=false
   stage "operator subset: R=16 W=512 Qwen, O=3 and O=7" "(included above)" \
     "$PY" -m sweeps.run suite=quick_operator_qwen results_dir="$RUN_DIR" progress=false
-  stage "full model: O=3 at prompt 1K and 5K, 3 paths (Fig 6)" "$(expected full_model '1.5-2 min (estimate)' results/quick)" \
+  stage "full model: O=3 at prompt 1K and 5K, 4 paths (Fig 6)" "$(expected full_model '2 min (estimate)' results/quick)" \
     "$PY" -m sweeps.run suite=quick_full_model results_dir="$RUN_DIR" progress=false
   if command -v ncu >/dev/null 2>&1; then
     stage "traffic at O=3: OneLA and Controlled FullState (Fig 8c)" "$(expected traffic '1 min (estimate)' results/quick)" \

@@ -1,4 +1,4 @@
-"""Grouped bars, one colour per path, shared by Figures 6 and 8.
+"""Grouped bars, one colour per path (an index-mode FullState path hatched), shared by Figures 6 and 8.
 
 A cell that was skipped or failed gets its status written where its bar would be, so a missing bar is
 never mistaken for a zero or for a cell nobody ran.
@@ -10,7 +10,7 @@ from typing import Callable
 
 from matplotlib.transforms import blended_transform_factory
 
-from plots.style import PAPER_MARKER, colour, display_name, mark_series
+from plots.style import PAPER_MARKER, colour, display_name, hatch, mark_series
 
 # cell(path, group) -> (value or NaN, status of the row(s) when there is no value: "skipped", "failed" or "")
 Cell = Callable[[str, object], tuple[float, str]]
@@ -35,7 +35,7 @@ def grouped_bars(ax, groups: list, labels: list[str], paths: list[str], cell: Ce
                 ax.text(x, 0.02, status, transform=status_tf, rotation=90, ha="center", va="bottom",
                         fontsize=7, color="#b71c1c" if status == "failed" else "#757575")
         bars = ax.bar(xs, hs, width * 0.95, color=colour(p), label=display_name(p), edgecolor="black",
-                      linewidth=0.4)
+                      linewidth=0.4, hatch=hatch(p))
         mark_series(bars, p)
         if value_fmt:
             for x, h in zip(xs, hs):

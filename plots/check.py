@@ -6,7 +6,10 @@ the committed `results/`) by `config_hash`, which hashes everything that defines
 shape, prompt length, lineage, seed) and nothing measured. Every paper number of `plots/paper.py` is then
 computed, by the same code as `results/REPORT.md` (`plots/ours.py`), twice: on this run's matched rows and on the
 reference's rows of the same cells, so a run of a few cells is compared with the committed values *of those
-cells*. Beside them: per suite and path, the latency ratio run / reference and whether the byte counts agree.
+cells*. A paper FullState number pairs only with the paper's mode of each FullState system (`<system>_paper`), as in
+REPORT; its index-mode value (`<system>`) is a line of its own, marked "[index mode]", compared run against
+reference and never paired with the paper's value. Beside them: per suite and path, the latency ratio run /
+reference and whether the byte counts agree.
 
 Gates (the verdict column; every tolerance is here, in TOLERANCES):
   - correctness, always: no cell of the run failed (a failed cell is a wrong answer, a crash or an error
@@ -35,9 +38,9 @@ import pandas as pd
 
 from plots import paper
 from plots.data import Results, load_results
-from plots.ours import measures
-from plots.report import UNIT, fmt
-from plots.style import display_name, ordered
+from plots.ours import MODE_KEYS, index_measures, measures, mode_paths
+from plots.report import NOT_PAIRED, UNIT, fmt
+from plots.style import INDEX_MODE, PAPER_MODE, display_name, ordered
 
 CHECKED_SUITES = ("operator", "recurrent_path", "traffic", "full_model")
 EXIT_OK, EXIT_FAIL, EXIT_NOTHING = 0, 1, 2
@@ -211,31 +214,42 @@ def _skip_reason(df: pd.DataFrame) -> str:
     return top if len(top) <= 160 else top[:157] + "..."
 
 
+INDEX_MARK = "[index mode]"
+
+
 def paper_lines(run: Results, ref: Results, same_gpu: bool) -> list[Line]:
-    m = measures()
+    """Every paper number with the paper's mode of each FullState system, then, for a number that reads a
+    FullState system, the same number in the index mode (marked INDEX_MARK, paper column NOT_PAIRED)."""
+    m, idx = measures(), index_measures()
     lines = []
     for n in paper.NUMBERS:
         kind = kind_of(n.key)
-        a, b = m[n.key](run), m[n.key](ref)
-        verdict = judge(kind, a.value, b.value, same_gpu)
-        note = _why_not(run, n.key) if verdict in (NOT_RUN, INFO) else ""
-        if verdict == INFO:
-            note = "measured in neither; " + note
-        lines.append(Line(f"{n.where}: {n.quantity} ({tolerance_text(kind)})", n.text + UNIT[n.unit],
-                          fmt(b.value, n.unit), fmt(a.value, n.unit), _ratio(a.value, b.value), verdict, note))
+        for mode, f in ((PAPER_MODE, m[n.key]), (INDEX_MODE, idx.get(n.key))):
+            if f is None:
+                continue
+            a, b = f(run), f(ref)
+            verdict = judge(kind, a.value, b.value, same_gpu)
+            note = _why_not(run, n.key, mode) if verdict in (NOT_RUN, INFO) else ""
+            if verdict == INFO:
+                note = "measured in neither; " + note
+            mark = f" {INDEX_MARK}" if mode == INDEX_MODE else ""
+            lines.append(Line(f"{n.where}: {n.quantity}{mark} ({tolerance_text(kind)})",
+                              NOT_PAIRED if mode == INDEX_MODE else n.text + UNIT[n.unit],
+                              fmt(b.value, n.unit), fmt(a.value, n.unit), _ratio(a.value, b.value), verdict, note))
     return lines
 
 
-def _why_not(run: Results, key: str) -> str:
-    """A short reason for a paper number this run could not compute: the skip reasons of the paths it needs."""
-    names = [p for p in (*paper.FIG7_BASELINES, "controlled_fullstate") if p in key]
+def _why_not(run: Results, key: str, mode: str = PAPER_MODE) -> str:
+    """A short reason for a paper number this run could not compute: the skip reasons of the paths it needs (the
+    FullState ones in `mode`), or which of them has no row among the cells matched with the reference."""
+    names = mode_paths(key, mode) if key in MODE_KEYS else [p for p in paper.FIG7_BASELINES if p in key]
     suite = "operator" if key.startswith("fig7") else "full_model" if key.startswith("fig6") else \
         "traffic" if key.startswith("fig8c") else "recurrent_path"
     df = run[suite]
     if not len(df):
         return f"no {suite} rows matched"
-    if not names and key.startswith("fig6"):
-        names = ["controlled_fullstate", "vllm_fullstate"]
+    if absent := [p for p in names if not (df["path"] == p).any()]:
+        return "no row among the matched cells of " + ", ".join(display_name(p) for p in absent)
     for p in names:
         why = _skip_reason(df[df["path"] == p])
         if why:

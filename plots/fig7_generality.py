@@ -3,38 +3,56 @@
 (a) captured latency, (b) persistent recurrent-state capacity. One box per baseline: box = median and
 interquartile range, whiskers = 5th-95th percentile (the paper's convention; points beyond are not drawn),
 median written above. A shape enters only where both the baseline and OneLA are ok on it (plots.data).
-The paper's per-baseline latency medians are the hollow diamonds (none beside vLLM's prefix-cache replay: the
-paper's vLLM ReplaySSM is another mechanism, plots.paper.NO_KERNEL). Only rows within the paper's 4.88e-4 error
-bound count (plots.data); a baseline whose median at its own looser gate differs has that median written, labelled,
-under its name. A paper baseline with no paired shape keeps its slot, which says "not measured" and why.
+Each FullState framework sits in the paper's mode under the paper's name (e.g. "vLLM FullState": one pool, an
+explicit per-step state copy), its index mode right beside it, hatched and labelled "(index mode)" (two pools, the
+parent read through an index). The paper's per-baseline latency medians are the hollow diamonds, drawn only at the
+paper's mode (none beside vLLM's prefix-cache replay: the paper's vLLM ReplaySSM is another mechanism,
+plots.paper.NO_KERNEL). Only rows within the paper's 4.88e-4 error bound count (plots.data); a baseline whose
+median at its own looser gate differs has that median written, labelled, under its name. A paper baseline with no
+paired shape keeps its slot, which says why ("not measured yet" while it has no row), beside the paper's diamond.
 """
 from __future__ import annotations
 
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 import textwrap
 
 from plots import paper
 from plots.data import PRIMARY_GATE, Results, own_gates
-from plots.ours import fig7_ratios
-from plots.style import PAPER_MARKER, colour, display_name, mark_series, no_data, paper_handle, plain_log, save
+from plots.ours import baselines_in, fig7_ratios, paper_baselines
+from plots.style import (INDEX_HATCH, INDEX_MODE, PAPER_MARKER, PAPER_MODE, colour, display_name, hatch,
+                         mark_series, mode_of, mode_path, no_data, ordered, paper_handle, partner, plain_log, save)
 
 STEM = "fig7_generality"
 PANELS = (("latency_ms", "(a) captured latency: baseline / OneLA", "median speedup"),
           ("persistent_bytes", "(b) persistent state capacity: baseline / OneLA", "capacity reduction"))
+NOT_MEASURED = "not measured yet"
 
 
-def not_measured(res: Results) -> dict[str, str]:
-    """Paper baseline -> why it has no paired operator-suite shape (its most common skip / fail reason)."""
+def slots(res: Results) -> list[str]:
+    """The baselines Fig 7 gives a slot: every one in operator.csv, the paper's six in the paper's mode whether or
+    not they have rows, and the paper-mode partner of every index-mode FullState path; the paper's six first (each
+    FullState system's paper mode, then its index mode), then the rest."""
+    present = set(baselines_in(res["operator"]))
+    want = present | set(paper_baselines(PAPER_MODE)) | {partner(p) for p in present if mode_of(p) == INDEX_MODE}
+    first = [p for b in paper.FIG7_BASELINES for p in dict.fromkeys((mode_path(b, PAPER_MODE), b)) if p in want]
+    return first + ordered(want - set(first))
+
+
+def not_measured(res: Results, metric: str = "latency_ms") -> dict[str, str]:
+    """Slot -> why it has no paired operator-suite shape: NOT_MEASURED for a path with no row, else its most common
+    skip / fail reason."""
     df = res["operator"]
+    paired = fig7_ratios(res, metric)
     out = {}
-    for b in paper.FIG7_BASELINES:
-        rows = df[df["path"] == b]
-        if not len(rows) or (rows["status"] == "ok").any():
+    for b in slots(res):
+        if b in paired:
             continue
+        rows = df[df["path"] == b]
         bad = rows.loc[rows["status"] != "ok", "reason"].astype(str)
-        out[b] = bad.value_counts().index[0] if len(bad) else "no ok row"
+        out[b] = NOT_MEASURED if not len(rows) else bad.value_counts().index[0] if len(bad) else "no ok pair"
     return out
 
 
@@ -42,43 +60,47 @@ def _name(path: str) -> str:
     return "\n".join(textwrap.wrap(display_name(path), 12))
 
 
-def _panel(ax, ratios: dict, title: str, paper_medians: dict, absent: dict | None = None,
+def _panel(ax, res: Results, ratios: dict, title: str, paper_medians: dict, absent: dict,
            own: dict | None = None) -> None:
     ax.set_title(title)
     if not ratios:
         no_data(ax, "no paired ok operator-suite cells\n(results/operator.csv)")
         return
-    absent, own = absent or {}, own or {}
-    names = list(ratios)
-    bp = ax.boxplot([ratios[b].to_numpy() for b in names], whis=(5, 95), showfliers=False, patch_artist=True,
-                    widths=0.6, medianprops=dict(color="black", linewidth=1.5))
-    for i, (b, box) in enumerate(zip(names, bp["boxes"])):
+    own = own or {}
+    names = [b for b in slots(res) if b in ratios or b in absent] + [b for b in ratios if b not in slots(res)]
+    at = {b: i + 1 for i, b in enumerate(names)}
+    boxed = [b for b in names if b in ratios]
+    bp = ax.boxplot([ratios[b].to_numpy() for b in boxed], positions=[at[b] for b in boxed], whis=(5, 95),
+                    showfliers=False, patch_artist=True, widths=0.6, medianprops=dict(color="black", linewidth=1.5))
+    for i, (b, box) in enumerate(zip(boxed, bp["boxes"])):
         box.set_facecolor(colour(b))
         box.set_alpha(0.85)
+        if hatch(b):
+            box.set_hatch(hatch(b))
         mark_series([box], b)
         med = float(ratios[b].median())
         top = bp["whiskers"][2 * i + 1].get_ydata().max()
-        ax.annotate(f"{med:.1f}×", (i + 1, top), xytext=(0, 3), textcoords="offset points", ha="center",
+        ax.annotate(f"{med:.1f}×", (at[b], top), xytext=(0, 3), textcoords="offset points", ha="center",
                     va="bottom", fontsize=8, fontweight="bold")
-    # beside the box (not on it), so the paper's diamond never hides our median line
-    pts = [(i + 1.38, paper_medians[b]) for i, b in enumerate(names) if b in paper_medians]
+    for b in names:
+        if b in ratios:
+            continue
+        why = "\n".join(textwrap.wrap(absent[b], 16, break_on_hyphens=False)[:6])
+        ax.text(at[b], 0.5, why if absent[b] == NOT_MEASURED else "not measured:\n" + why,
+                transform=ax.get_xaxis_transform(), ha="center", va="center", fontsize=6.5, color="#616161",
+                bbox=dict(boxstyle="round", facecolor="#f5f5f5", edgecolor="#bdbdbd"))
+    # beside the slot (not on it), so the paper's diamond never hides our median line
+    pts = [(at[b] + 0.38, paper_medians[b]) for b in names if b in paper_medians]
     if pts:
         ax.scatter([p[0] for p in pts], [p[1] for p in pts], **PAPER_MARKER)
     ticks = []
     for b in names:
-        t = f"{_name(b)}\n(n={len(ratios[b])})"
+        t = f"{_name(b)}\n(n={len(ratios[b]) if b in ratios else 0})"
         if b in own:
             med, n = own[b]
             t += f"\nown gate:\n{med:.1f}× (n={n})"
         ticks.append(t)
-    for j, (b, why) in enumerate(absent.items()):
-        x = len(names) + 1 + j
-        why = "\n".join(textwrap.wrap(why, 20, break_on_hyphens=False)[:6])
-        ax.text(x, 0.5, "not measured:\n" + why, transform=ax.get_xaxis_transform(),
-                ha="center", va="center", fontsize=6.5, color="#616161",
-                bbox=dict(boxstyle="round", facecolor="#f5f5f5", edgecolor="#bdbdbd"))
-        ticks.append(_name(b) + "\n(n=0)")
-    ax.set_xticks(range(1, len(ticks) + 1), ticks)
+    ax.set_xticks(range(1, len(ticks) + 1), ticks, fontsize=8)
     ax.set_xlim(0.4, len(ticks) + 0.6)
     ax.axhline(1.0, color="#9e9e9e", linewidth=0.8, linestyle="--")
     ax.set_yscale("log")
@@ -90,22 +112,25 @@ def _panel(ax, ratios: dict, title: str, paper_medians: dict, absent: dict | Non
 
 
 def draw(res: Results):
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.6))
+    fig, axes = plt.subplots(2, 1, figsize=(15, 10))
     fig.suptitle("Figure 7 - OneLA against each baseline over the operator suite (whiskers: 5th-95th "
                  f"percentile; shapes within the paper's {PRIMARY_GATE:.3g} error bound)")
-    paper_lat = {b: paper.value(f"fig7a.median_speedup.{b}") for b in paper.FIG7_BASELINES
+    # the paper's medians sit at the paper's mode of each system: never at an index-mode box
+    paper_lat = {mode_path(b, PAPER_MODE): paper.value(f"fig7a.median_speedup.{b}") for b in paper.FIG7_BASELINES
                  if f"fig7a.median_speedup.{b}" in paper.BY_KEY}
-    absent = not_measured(res)
     for ax, (metric, title, _) in zip(axes, PANELS):
         ratios = fig7_ratios(res, metric)
         with own_gates():
             loose = fig7_ratios(res, metric)
         own = {b: (float(r.median()), len(r)) for b, r in loose.items()
                if b not in ratios or len(r) != len(ratios[b])}
-        _panel(ax, ratios, title, paper_lat if metric == "latency_ms" else {}, absent, own)
-    fig.legend([paper_handle(), Line2D([], [], color="#9e9e9e", linestyle="--")],
-               ["paper's median (paper §4.3)", "parity (ratio 1)"], loc="lower center", ncol=2, frameon=False)
-    fig.tight_layout(rect=(0, 0.05, 1, 1))
+        _panel(ax, res, ratios, title, paper_lat if metric == "latency_ms" else {}, not_measured(res, metric), own)
+    fig.legend([paper_handle(), Line2D([], [], color="#9e9e9e", linestyle="--"),
+                Patch(facecolor="white", edgecolor="black", hatch=INDEX_HATCH)],
+               ["paper's median (paper §4.3), at the paper's mode", "parity (ratio 1)",
+                "index mode: two pools, the parent's state read through an index (not the paper's mode; not paired)"],
+               loc="lower center", ncol=3, frameon=False)
+    fig.tight_layout(rect=(0, 0.04, 1, 1))
     return fig
 
 

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from plots.data import Results
-from plots.style import colour, display_name, mark_series, no_data, ordered, save
+from plots.style import colour, display_name, hatch, mark_series, no_data, ordered, save
 
 STEM = "fig_breakdown"
 CSV_NAME = "full_model_breakdown.csv"
@@ -88,7 +88,7 @@ def draw(res: Results):
             vals = [_value(rows, p, c, "measured_ms") for c in comps]
             drawn = [(y, v) for y, v in zip(ys, vals) if math.isfinite(v) and v > 0]
             bars = ax.barh([y for y, _ in drawn], [v for _, v in drawn], height * 0.92, color=colour(p),
-                           edgecolor="black", linewidth=0.4, label=display_name(p))
+                           edgecolor="black", linewidth=0.4, label=display_name(p), hatch=hatch(p))
             mark_series(bars, p)
             for y, c, v in zip(ys, comps, vals):
                 f = _value(rows, p, c, "floor_ms")

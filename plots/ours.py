@@ -1,9 +1,15 @@
 """Our counterpart of every paper number (plots/paper.py), computed from results/ only.
 
 Each measure takes the loaded Results and returns a Measured with a note on what fed it. A NaN value is either
-"not measured yet" (no row of the cells it reads) or, with `missing` set, rows that exist but give no value
-(e.g. OneLA failed there): the note then counts each path's rows by status. Ratios come only from
-`data.paired_ratio` (both sides ok on the same shape).
+"not measured yet" (a path it needs has no row in the cells it reads; the note names it) or, with `missing` set,
+rows that exist but give no value (e.g. OneLA failed there): the note then counts each path's rows by status.
+Ratios come only from `data.paired_ratio` (both sides ok on the same shape).
+
+The paper's FullState numbers pair only with the paper's mode of each FullState system (`<system>_paper`: one
+pool, an explicit per-step state copy; plots.style.mode_path): `measures()`. The same numbers in the index mode
+(`<system>`: two pools, the parent read through an index) are `index_measures()`, shown beside and never paired
+with the paper's; a key reads a FullState system exactly when it is in MODE_KEYS (a test checks this on rows where
+the two modes differ).
 
 Every value is the primary number: only rows within the paper's 4.88e-4 count (plots.data.PRIMARY_GATE). Where
 rows held to a looser documented gate of their own would change it, that value is carried `beside`, labelled.
@@ -19,7 +25,8 @@ import pandas as pd
 
 from plots import paper
 from plots.data import PRIMARY_GATE, Results, median_ok, own_gates, paired_ratio, select
-from plots.style import MIB, REFERENCE_PATHS, display_name, ordered
+from plots.style import (FULLSTATE_SYSTEMS, INDEX_MODE, MIB, PAPER_MODE, REFERENCE_PATHS, display_name, mode_path,
+                         ordered)
 
 
 @dataclass(frozen=True)
@@ -39,27 +46,45 @@ NOT_YET = Measured(math.nan)
 NO_GDN_KERNEL = "no GDN kernel"
 
 
+def unmeasured(df: pd.DataFrame, *paths: str) -> list[str]:
+    """The paths among `paths` with no row at all in `df`: never run on those cells."""
+    present = set(df["path"])
+    return [p for p in dict.fromkeys(paths) if p not in present]
+
+
+def not_yet(paths: list[str]) -> Measured:
+    """NOT_YET, naming the paths with no row yet."""
+    return Measured(math.nan, "no row yet of " + ", ".join(display_name(p) for p in paths))
+
+
 def missing(df: pd.DataFrame, *paths: str) -> Measured:
-    """No value from `df` (the rows a measure reads): NOT_YET if none of `paths` has a row there, else why not --
-    each path's rows counted by status ("OneLA 2 failed, 1 ok; vLLM FullState 3 ok")."""
+    """No value from `df` (the rows a measure reads) for a measure that needs every one of `paths`: NOT_YET if one
+    of them has no row there (never run on those cells), else why not -- each path's rows counted by status
+    ("OneLA 2 failed, 1 ok; vLLM FullState 3 ok")."""
+    if absent := unmeasured(df, *paths):
+        return not_yet(absent)
     parts, statuses = [], set()
     for p in dict.fromkeys(paths):
         rows = df[df["path"] == p]
         counts = rows["status"].value_counts()
         statuses |= set(counts.index)
-        parts.append(f"{display_name(p)} " + (", ".join(f"{int(counts[s])} {s}" for s in ("ok", "failed", "skipped")
-                                                       if s in counts) or "no row"))
-    if not statuses:
-        return NOT_YET
+        parts.append(f"{display_name(p)} " + ", ".join(f"{int(counts[s])} {s}" for s in ("ok", "failed", "skipped")
+                                                       if s in counts))
     word = "failed" if "failed" in statuses else "skipped" if "skipped" in statuses else "no ok pair"
     return Measured(math.nan, "no value from these rows: " + "; ".join(parts), word)
 
 
+def paper_baselines(mode: str = PAPER_MODE) -> list[str]:
+    """The paths of the paper's six Fig 7 baselines in `mode` (the ReplaySSM paths are the same in both)."""
+    return [mode_path(b, mode) for b in paper.FIG7_BASELINES]
+
+
 def baselines_in(df: pd.DataFrame) -> list[str]:
-    """Every path compared against OneLA (all but OneLA and the plain-torch oracles), the paper's six first."""
-    present = [p for p in df["path"].unique() if p != "onela" and p not in REFERENCE_PATHS]
-    return [b for b in paper.FIG7_BASELINES if b in present] + \
-        ordered(p for p in present if p not in paper.FIG7_BASELINES)
+    """Every path compared against OneLA (all but OneLA and the plain-torch oracles): the paper's six in the paper's
+    order, each FullState system's index mode right after its paper mode, then the rest."""
+    present = {p for p in df["path"].unique() if p != "onela" and p not in REFERENCE_PATHS}
+    first = [p for b in paper.FIG7_BASELINES for p in dict.fromkeys((mode_path(b, PAPER_MODE), b)) if p in present]
+    return first + ordered(present - set(first))
 
 
 # ---- Fig 6 ----
@@ -68,13 +93,15 @@ def fig6_table(res: Results) -> pd.DataFrame:
     return select(res["full_model"], **paper.FIG6_CELL)
 
 
-def fig6_speedups(res: Results) -> pd.Series:
-    return paired_ratio(fig6_table(res), "controlled_fullstate", "onela")
+def fig6_speedups(res: Results, mode: str = PAPER_MODE) -> pd.Series:
+    """Controlled FullState (in `mode`) / OneLA decode-forward time, per paired (prompt, O)."""
+    return paired_ratio(fig6_table(res), mode_path("controlled_fullstate", mode), "onela")
 
 
-def fig6_controlled_vs_vllm_pct(res: Results) -> pd.Series:
-    """|Controlled FullState / vLLM FullState - 1| in %, per paired (prompt, O)."""
-    return (paired_ratio(fig6_table(res), "controlled_fullstate", "vllm_fullstate") - 1).abs() * 100
+def fig6_controlled_vs_vllm_pct(res: Results, mode: str = PAPER_MODE) -> pd.Series:
+    """|Controlled FullState / vLLM FullState - 1| in %, per paired (prompt, O), both in `mode`."""
+    c, v = mode_path("controlled_fullstate", mode), mode_path("vllm_fullstate", mode)
+    return (paired_ratio(fig6_table(res), c, v) - 1).abs() * 100
 
 
 def _extreme(s: pd.Series, fn: str, what: str, none: Measured = NOT_YET) -> Measured:
@@ -104,18 +131,23 @@ def _largest_qwen_latency(res: Results, O: int) -> Measured:
                                                          "onela")
 
 
-def _largest_qwen_speedups(res: Results) -> dict[str, pd.Series]:
-    """The paper's "16.0-56.5x over the baselines supporting this shape": framework baselines only."""
+def _largest_qwen_speedups(res: Results, mode: str) -> dict[str, pd.Series]:
+    """The paper's "16.0-56.5x over the baselines supporting this shape": framework baselines only, in `mode`."""
     df = select(res["operator"], **paper.FIG7_LARGEST_QWEN)
     df = df[df["O"].isin([3, 7])]
-    return {b: r for b in baselines_in(df) if b in paper.FIG7_BASELINES and len(r := paired_ratio(df, b, "onela"))}
+    return {b: r for b in paper_baselines(mode) if len(r := paired_ratio(df, b, "onela"))}
 
 
-def _largest_qwen_extreme(res: Results, fn: str) -> Measured:
-    per = _largest_qwen_speedups(res)
+def _largest_qwen_extreme(res: Results, fn: str, mode: str) -> Measured:
+    """Over the paper's baselines, so NOT_YET while one of them has no row at that shape (the value over the others
+    would silently drop it); a baseline that ran and skipped the shape (it does not support it) is left out."""
+    df = select(res["operator"], **paper.FIG7_LARGEST_QWEN)
+    df = df[df["O"].isin([3, 7])]
+    if len(df) and (absent := unmeasured(df, *paper_baselines(mode))):
+        return not_yet(absent)
+    per = _largest_qwen_speedups(res, mode)
     if not per:
-        df = select(res["operator"], **paper.FIG7_LARGEST_QWEN)
-        return missing(df[df["O"].isin([3, 7])], "onela", *paper.FIG7_BASELINES)
+        return missing(df, "onela", *paper_baselines(mode))
     best = {b: float(getattr(r, fn)()) for b, r in per.items()}
     b = (min if fn == "min" else max)(best, key=best.get)
     return Measured(best[b], f"{fn} over {len(per)} baselines at O=3/7; {display_name(b)}")
@@ -131,10 +163,14 @@ def _max_abs_err(res: Results) -> Measured:
     return Measured(float(err.max()), f"max over {len(err)} checked OneLA cells ({failed} failed)")
 
 
-def _max_median_capacity(res: Results) -> Measured:
-    med = {b: float(r.median()) for b, r in fig7_ratios(res, "persistent_bytes").items() if b in paper.FIG7_BASELINES}
+def _max_median_capacity(res: Results, mode: str) -> Measured:
+    """The largest of the paper's baselines' medians, so NOT_YET while one of them has no operator row."""
+    baselines = paper_baselines(mode)
+    if len(res["operator"]) and (absent := unmeasured(res["operator"], *baselines)):
+        return not_yet(absent)
+    med = {b: float(r.median()) for b, r in fig7_ratios(res, "persistent_bytes").items() if b in baselines}
     if not med:
-        return missing(res["operator"], "onela", *paper.FIG7_BASELINES)
+        return missing(res["operator"], "onela", *baselines)
     b = max(med, key=med.get)
     return Measured(med[b], f"largest of {len(med)} baseline medians: {display_name(b)}")
 
@@ -165,44 +201,44 @@ def fig8_ratio(res: Results, num: str, den: str, metric: str, O: int) -> Measure
     return Measured(float(r.median()), f"median of {len(r)} pairs" if len(r) > 1 else "")
 
 
-def _all_measures() -> dict:
-    """key -> function(Results) -> Measured for every paper key of a path we run, plus the same keys for the
-    paths shown beside a paper system we cannot run (paper.NO_KERNEL) and for the ReplaySSM kernel."""
+def _all_measures(mode: str) -> dict:
+    """key -> function(Results) -> Measured for every paper key of a path we run, with each FullState system in
+    `mode`, plus the same keys for the paths shown beside a paper system we cannot run (paper.NO_KERNEL) and for
+    the ReplaySSM kernel."""
+    ctl, vllm = mode_path("controlled_fullstate", mode), mode_path("vllm_fullstate", mode)
     m = {
-        "fig6.speedup_vs_controlled.min": lambda r: _extreme(fig6_speedups(r), "min", "(prompt, O) cells",
-                                                             missing(fig6_table(r), "controlled_fullstate", "onela")),
-        "fig6.speedup_vs_controlled.max": lambda r: _extreme(fig6_speedups(r), "max", "(prompt, O) cells",
-                                                             missing(fig6_table(r), "controlled_fullstate", "onela")),
+        "fig6.speedup_vs_controlled.min": lambda r: _extreme(fig6_speedups(r, mode), "min", "(prompt, O) cells",
+                                                             missing(fig6_table(r), ctl, "onela")),
+        "fig6.speedup_vs_controlled.max": lambda r: _extreme(fig6_speedups(r, mode), "max", "(prompt, O) cells",
+                                                             missing(fig6_table(r), ctl, "onela")),
         "fig6.controlled_vs_vllm.min": lambda r: _extreme(
-            fig6_controlled_vs_vllm_pct(r), "min", "(prompt, O) cells",
-            missing(fig6_table(r), "controlled_fullstate", "vllm_fullstate")),
+            fig6_controlled_vs_vllm_pct(r, mode), "min", "(prompt, O) cells", missing(fig6_table(r), ctl, vllm)),
         "fig6.controlled_vs_vllm.max": lambda r: _extreme(
-            fig6_controlled_vs_vllm_pct(r), "max", "(prompt, O) cells",
-            missing(fig6_table(r), "controlled_fullstate", "vllm_fullstate")),
+            fig6_controlled_vs_vllm_pct(r, mode), "max", "(prompt, O) cells", missing(fig6_table(r), ctl, vllm)),
         "fig7a.onela_largest_qwen.O3": lambda r: _largest_qwen_latency(r, 3),
         "fig7a.onela_largest_qwen.O7": lambda r: _largest_qwen_latency(r, 7),
-        "fig7a.speedup_largest_qwen.min": lambda r: _largest_qwen_extreme(r, "min"),
-        "fig7a.speedup_largest_qwen.max": lambda r: _largest_qwen_extreme(r, "max"),
+        "fig7a.speedup_largest_qwen.min": lambda r: _largest_qwen_extreme(r, "min", mode),
+        "fig7a.speedup_largest_qwen.max": lambda r: _largest_qwen_extreme(r, "max", mode),
         "fig7.max_abs_err": _max_abs_err,
-        "fig7b.max_median_capacity_reduction": _max_median_capacity,
+        "fig7b.max_median_capacity_reduction": lambda r: _max_median_capacity(r, mode),
         "fig8c.ai.onela.O3": lambda r: fig8_value(r, "onela", "arith_intensity", 3),
         "fig8c.traffic.onela.O3": lambda r: fig8_value(r, "onela", "dram_bytes", 3, MIB),
     }
     beside = [p for _, p in paper.NO_KERNEL.values()] + [paper.REPLAYSSM_KERNEL]
     for b in paper.FIG7_BASELINES:
-        m[f"fig7a.median_speedup.{b}"] = lambda r, b=b: _median_speedup(r, b)
+        m[f"fig7a.median_speedup.{b}"] = lambda r, b=mode_path(b, mode): _median_speedup(r, b)
     for O in (3, 7):
         for p in ("onela", "vllm_fullstate", *beside):
-            m[f"fig8a.latency.{p}.O{O}"] = lambda r, p=p, O=O: fig8_value(r, p, "latency_ms", O)
-        m[f"fig8a.reduction_vs_fullstate.O{O}"] = lambda r, O=O: fig8_ratio(r, "vllm_fullstate", "onela",
-                                                                            "latency_ms", O)
+            m[f"fig8a.latency.{p}.O{O}"] = lambda r, p=mode_path(p, mode), O=O: fig8_value(r, p, "latency_ms", O)
+        m[f"fig8a.reduction_vs_fullstate.O{O}"] = lambda r, O=O: fig8_ratio(r, vllm, "onela", "latency_ms", O)
         for what, metric in (("capacity", "persistent_bytes"), ("writes", "written_bytes")):
             m[f"fig8b.{what}.onela.O{O}"] = lambda r, metric=metric, O=O: fig8_value(r, "onela", metric, O, MIB)
             m[f"fig8b.{what}_reduction_vs_fullstate.O{O}"] = \
-                lambda r, metric=metric, O=O: fig8_ratio(r, "vllm_fullstate", "onela", metric, O)
+                lambda r, metric=metric, O=O: fig8_ratio(r, vllm, "onela", metric, O)
     for b in ("vllm_fullstate", *beside):
-        m[f"fig8c.traffic_reduction.{b}.O3"] = lambda r, b=b: fig8_ratio(r, b, "onela", "dram_bytes", 3)
-        m[f"fig8c.ai_gain.{b}.O3"] = lambda r, b=b: fig8_ratio(r, "onela", b, "arith_intensity", 3)
+        p = mode_path(b, mode)
+        m[f"fig8c.traffic_reduction.{b}.O3"] = lambda r, p=p: fig8_ratio(r, p, "onela", "dram_bytes", 3)
+        m[f"fig8c.ai_gain.{b}.O3"] = lambda r, p=p: fig8_ratio(r, "onela", p, "arith_intensity", 3)
     return m
 
 
@@ -262,11 +298,46 @@ def _no_kernel(key: str, system: str, m: dict):
     return f
 
 
-def measures() -> dict:
-    """paper key -> function(Results) -> Measured. Every key of paper.NUMBERS has one (a test checks)."""
-    m = {k: _with_own_gate(f) for k, f in _all_measures().items()}
+def _reads_fullstate(key: str) -> bool:
+    """Whether the paper number `key` reads a FullState system: Fig 6 (Controlled FullState in every number),
+    a FullState system named in the key, and the numbers over every Fig 7 baseline."""
+    return key.startswith("fig6.") or "fullstate" in key or key.startswith(
+        ("fig7a.speedup_largest_qwen.", "fig7b.max_median_capacity_reduction"))
+
+
+# The paper numbers that read a FullState system: each has an index-mode counterpart (index_measures()).
+MODE_KEYS = tuple(n.key for n in paper.NUMBERS if _reads_fullstate(n.key))
+
+
+def measures(mode: str = PAPER_MODE) -> dict:
+    """paper key -> function(Results) -> Measured, every FullState system in `mode` (the paper's by default: the
+    pairing with the paper's numbers). Every key of paper.NUMBERS has one (a test checks)."""
+    m = {k: _with_own_gate(f) for k, f in _all_measures(mode).items()}
     out = {}
     for n in paper.NUMBERS:
         system = next((s for s in paper.NO_KERNEL if f".{s}." in f"{n.key}."), None)
         out[n.key] = _no_kernel(n.key, system, m) if system else m[n.key]
     return out
+
+
+def index_measures() -> dict:
+    """MODE_KEYS -> function(Results) -> Measured with every FullState system in the index mode: the same numbers
+    for the index-mode rows, shown beside the paper pairing, labelled, and never paired with the paper's value."""
+    m = measures(INDEX_MODE)
+    return {k: m[k] for k in MODE_KEYS}
+
+
+def mode_paths(key: str, mode: str) -> list[str]:
+    """The FullState paths the paper number `key` reads in `mode` (for labels and notes); [] for a key of MODE_KEYS'
+    complement."""
+    if not _reads_fullstate(key):
+        return []
+    if key.startswith("fig6.speedup"):
+        systems = ["controlled_fullstate"]
+    elif key.startswith("fig6."):
+        systems = ["controlled_fullstate", "vllm_fullstate"]
+    elif key.startswith(("fig7a.speedup_largest_qwen.", "fig7b.")):
+        systems = [b for b in paper.FIG7_BASELINES if b in FULLSTATE_SYSTEMS]
+    else:
+        systems = [s for s in FULLSTATE_SYSTEMS if f".{s}." in f"{key}."] or ["vllm_fullstate"]   # *_vs_fullstate
+    return [mode_path(s, mode) for s in systems]

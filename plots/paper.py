@@ -14,8 +14,10 @@ FIG6_CELL = dict(R=4, W=256)                   # full model, prompts 1K / 5K, O 
 FIG7_LARGEST_QWEN = dict(R=16, W=512, **QWEN)  # "the largest Qwen geometry" in the operator suite
 FIG8_CELL = dict(R=4, W=512, **QWEN)           # recurrent path, traffic
 FIG6_PROMPTS = (1024, 5120)
-# Our Fig 7 baselines, in the paper's order. vLLM prefix-cache replay stands where the paper's vLLM ReplaySSM
-# stood, but is not it (NO_KERNEL): it is drawn and reported beside the paper's number, never paired with it.
+# Our Fig 7 baselines, in the paper's order, by system name: a FullState system pairs with the paper through its
+# paper-mode path `<system>_paper` (plots.style.mode_path), its index mode `<system>` shown beside. vLLM prefix-cache
+# replay stands where the paper's vLLM ReplaySSM stood, but is not it (NO_KERNEL): it is drawn and reported beside
+# the paper's number, never paired with it.
 FIG7_BASELINES = ("vllm_fullstate", "sglang_fullstate", "vllm_prefix_replay", "sglang_replayssm",
                   "flashinfer_fullstate", "trtllm_fullstate")
 # The paper's systems (the `<system>` in its keys) per our path; the paper's vLLM ReplaySSM has no path here.

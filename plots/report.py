@@ -3,7 +3,9 @@ and README.md's claims table (between its `<!-- claims:begin -->` / `<!-- claims
 numbers grouped by the paper's claims with the command and the recorded GPU time of each suite.
 
 Generated from results/ alone and deterministic (no timestamp of its own), so regenerating from unchanged
-results changes nothing. "ours" for each paper number comes from plots/ours.py.
+results changes nothing. "ours" for each paper number comes from plots/ours.py: a paper FullState number pairs
+only with the paper-mode rows (`<system>_paper`), and where it reads a FullState system the index-mode value
+follows in its own row (REPORT) or in brackets (README), labelled "index mode" and never paired with the paper's.
 """
 from __future__ import annotations
 
@@ -15,9 +17,12 @@ from pathlib import Path
 
 from plots import fig_breakdown, paper
 from plots.data import SHAPE_KEY, SUITES, Results
-from plots.ours import measures
+from plots.ours import MODE_KEYS, index_measures, measures, mode_paths
+from plots.style import INDEX_MODE, PAPER_MODE
 
 NOT_MEASURED = "not measured yet"
+NOT_PAIRED = "not paired"
+INDEX_ROW = "↳ same, index mode (not the paper's mode)"
 UNIT = {"x": "×", "%": "%", "ms": " ms", "MiB": " MiB", "FLOP/B": " FLOP/B", "": ""}
 
 
@@ -50,16 +55,28 @@ def ours_text(ours, unit: str) -> str:
     return value + (f" [{'; '.join(extra)}]" if extra else "")
 
 
+def _names(key: str, mode: str) -> str:
+    return ", ".join(f"`{p}`" for p in mode_paths(key, mode))
+
+
 def paper_vs_ours(res: Results) -> list[str]:
-    m = measures()
+    """One row per paper number, ours from the paper's mode of each FullState system; a number that reads a
+    FullState system is followed by its index-mode row (paper column NOT_PAIRED, no ratio)."""
+    m, idx = measures(), index_measures()
     rows = []
     for n in paper.NUMBERS:
         ours = m[n.key](res)
         ratio = f"{ours.value / n.value:.2f}" if ours.measured and math.isfinite(ours.value) else "—"
         quantity = n.quantity + ("" if n.in_design else " †")
         value = ours_text(ours, n.unit)
-        rows.append([n.where, quantity, n.text + UNIT[n.unit], value, ratio,
-                     f"{n.source}" + (f"; ours: {ours.note}" if ours.note else "")])
+        how = [f"ours: {ours.note}"] if ours.note else []
+        if n.key in MODE_KEYS:
+            how.insert(0, f"paired with the paper's mode ({_names(n.key, PAPER_MODE)})")
+        rows.append([n.where, quantity, n.text + UNIT[n.unit], value, ratio, "; ".join([n.source, *how])])
+        if n.key in idx:
+            alt = idx[n.key](res)
+            rows.append([n.where, INDEX_ROW, NOT_PAIRED, ours_text(alt, n.unit), "—",
+                         f"index mode ({_names(n.key, INDEX_MODE)})" + (f"; ours: {alt.note}" if alt.note else "")])
     return _table(["where", "quantity", "paper", "ours", "ours/paper", "source; how ours was computed"], rows)
 
 
@@ -172,6 +189,12 @@ def build(res: Results, figures: list[Path] | None = None, report_dir: Path = Pa
              "rows were held to a looser documented gate of their own, the value at that gate is shown beside, "
              "in brackets, labelled); \"paper\" is `plots/paper.py` (paper §4, docs/design.md §7). "
              "† = a number from the paper's text beyond docs/design.md §7's table.", "",
+             "FullState pairs like with like: the paper's FullState numbers pair only with each system's paper mode "
+             "(`<system>_fullstate_paper`: one persistent pool of R·W states, an explicit per-step copy of the "
+             "parents' states timed in the step; named as the paper names it, e.g. \"vLLM FullState\"), and say "
+             f"\"{NOT_MEASURED}\" while it has no rows. The index mode (`<system>_fullstate`: two pools, the parent's "
+             "state read through an index, no copy; e.g. \"vLLM FullState (index mode)\") follows each such number in "
+             f"its own row (↳), \"{NOT_PAIRED}\" with the paper's value (docs/methods.md §4).", "",
              "## Numbers to reproduce", "", *paper_vs_ours(res), "",
              "## Where a decode call's time goes (not in the paper)", "", *fig_breakdown.report_lines(res.root), "",
              "## Inputs", "", *inputs(res), "",
@@ -260,14 +283,19 @@ def expected_time(results_dir: Path, suite: str) -> str:
 
 
 def claims(res: Results) -> list[str]:
-    m = measures()
+    """One row per claim: the paper's numbers, ours from the paper's mode, then, in brackets, the index mode's
+    values of the claim's FullState numbers, labelled and not paired."""
+    m, idx = measures(), index_measures()
     by_key = paper.BY_KEY
     times = {s: expected_time(res.root, s) for s in ("operator", "recurrent_path", "traffic", "full_model")}
     rows = []
     for q, text, keys, join, suite in CLAIMS:
         nums = [by_key[k] for k in keys]
-        ours = [ours_text(m[k](res), by_key[k].unit) for k in keys]
-        rows.append([q, text, join.join(n.text + UNIT[n.unit] for n in nums), join.join(ours),
+        ours = join.join(ours_text(m[k](res), by_key[k].unit) for k in keys)
+        alt = [ours_text(idx[k](res), by_key[k].unit) if k in idx else "—" for k in keys]
+        if any(k in idx for k in keys):
+            ours += f" [index mode, {NOT_PAIRED}: {join.join(alt)}]"
+        rows.append([q, text, join.join(n.text + UNIT[n.unit] for n in nums), ours,
                      f"`python -m sweeps.run suite={suite}`", times[suite]])
     return _table(["", "paper claim", "paper", "reproduced", "command", "H200 time"], rows)
 

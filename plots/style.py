@@ -12,22 +12,69 @@ import matplotlib
 matplotlib.use("Agg")  # no display: the reporting stage runs on any machine
 import matplotlib.pyplot as plt  # noqa: E402
 
-# path -> (display name, colour). Framework FullState paths are saturated, replay paths their light tint, the
-# paper-mode FullState paths (one persistent pool, an explicit state copy per step) their dark shade.
-PATH_STYLE: dict[str, tuple[str, str]] = {
-    "onela": ("OneLA", "#c62828"),
+# The five FullState systems, each registered in two maintenance modes (docs/methods.md §4): the paper's mode
+# (path `<system>_paper`: one persistent pool, an explicit per-step copy of the parents' states) and the index mode
+# (path `<system>`: two pools, the parent's state read through an index). One naming rule for all five: the paper's
+# mode carries the paper's name, the index mode the same name + INDEX_LABEL; both take the system's colour, and the
+# index mode is hatched (INDEX_HATCH). The paper's numbers pair only with the paper's mode (plots/ours.py).
+FULLSTATE_SYSTEMS: dict[str, tuple[str, str]] = {
     "controlled_fullstate": ("Controlled FullState", "#616161"),
     "vllm_fullstate": ("vLLM FullState", "#1565c0"),
-    "vllm_prefix_replay": ("vLLM prefix-cache replay", "#90caf9"),
     "sglang_fullstate": ("SGLang FullState", "#2e7d32"),
-    "sglang_replayssm": ("SGLang ReplaySSM", "#a5d6a7"),
     "flashinfer_fullstate": ("FlashInfer FullState", "#6a1b9a"),
     "trtllm_fullstate": ("TRT-LLM FullState", "#ef6c00"),
-    "controlled_fullstate_paper": ("Controlled FullState (paper: explicit state copy)", "#212121"),
-    "vllm_fullstate_paper": ("vLLM FullState (paper: explicit state copy)", "#0d47a1"),
-    "sglang_fullstate_paper": ("SGLang FullState (paper: explicit state copy)", "#1b5e20"),
-    "flashinfer_fullstate_paper": ("FlashInfer FullState (paper: explicit state copy)", "#4a148c"),
-    "trtllm_fullstate_paper": ("TRT-LLM FullState (paper: explicit state copy)", "#bf360c"),
+}
+PAPER_SUFFIX = "_paper"
+INDEX_LABEL = " (index mode)"
+INDEX_HATCH = "////"
+PAPER_MODE, INDEX_MODE = "paper", "index"
+
+
+def mode_path(system: str, mode: str = PAPER_MODE) -> str:
+    """The path that runs `system` (a paper system name, e.g. "vllm_fullstate") in `mode`: a FullState system's
+    `<system>_paper` path in the paper's mode, its `<system>` path in the index mode; any other system is its own
+    path in both."""
+    return system + PAPER_SUFFIX if mode == PAPER_MODE and system in FULLSTATE_SYSTEMS else system
+
+
+def system_of(path: str) -> str:
+    """The paper system a path runs: a paper-mode FullState path's system, else the path itself."""
+    base = path.removesuffix(PAPER_SUFFIX)
+    return base if base in FULLSTATE_SYSTEMS else path
+
+
+def mode_of(path: str) -> str | None:
+    """PAPER_MODE or INDEX_MODE for a FullState path, None for any other path."""
+    if system_of(path) not in FULLSTATE_SYSTEMS:
+        return None
+    return PAPER_MODE if path.endswith(PAPER_SUFFIX) else INDEX_MODE
+
+
+def partner(path: str) -> str | None:
+    """The same FullState system in the other mode; None for a path that is not a FullState path."""
+    mode = mode_of(path)
+    if mode is None:
+        return None
+    return mode_path(system_of(path), INDEX_MODE if mode == PAPER_MODE else PAPER_MODE)
+
+
+def _fullstate(system: str) -> dict[str, tuple[str, str]]:
+    """A FullState system's two paths, the paper's mode first, by the one naming rule."""
+    name, col = FULLSTATE_SYSTEMS[system]
+    return {mode_path(system, PAPER_MODE): (name, col), mode_path(system, INDEX_MODE): (name + INDEX_LABEL, col)}
+
+
+# path -> (display name, colour), in the order every figure and table lists paths: each FullState system's index
+# mode right after its paper mode; replay paths take their framework's light tint.
+PATH_STYLE: dict[str, tuple[str, str]] = {
+    "onela": ("OneLA", "#c62828"),
+    **_fullstate("controlled_fullstate"),
+    **_fullstate("vllm_fullstate"),
+    "vllm_prefix_replay": ("vLLM prefix-cache replay", "#90caf9"),
+    **_fullstate("sglang_fullstate"),
+    "sglang_replayssm": ("SGLang ReplaySSM", "#a5d6a7"),
+    **_fullstate("flashinfer_fullstate"),
+    **_fullstate("trtllm_fullstate"),
     "reference_fullstate": ("Reference FullState (torch)", "#8d6e63"),
     "reference_replay": ("Reference replay (torch)", "#bcaaa4"),
 }
@@ -58,12 +105,31 @@ def paper_handle():
     return Line2D([], [], linestyle="", marker="D", markersize=6, markerfacecolor="white", markeredgecolor="black")
 
 
+def path_handle(path: str):
+    """Legend handle of a path's bars or boxes (its colour, hatched in the index mode), whether or not it drew any."""
+    from matplotlib.patches import Patch
+    return Patch(facecolor=colour(path), edgecolor="black", linewidth=0.4, hatch=hatch(path))
+
+
 def display_name(path: str) -> str:
     return PATH_STYLE.get(path, (path, None))[0]
 
 
 def colour(path: str) -> str:
     return PATH_STYLE.get(path, (None, "#9e9e9e"))[1]
+
+
+def hatch(path: str) -> str | None:
+    """INDEX_HATCH for an index-mode FullState path (same colour as its paper mode), None for every other path."""
+    return INDEX_HATCH if mode_of(path) == INDEX_MODE else None
+
+
+def with_partners(paths) -> list[str]:
+    """`paths` plus the paper-mode partner of each index-mode FullState path among them, in the canonical order:
+    a figure keeps a slot for the paper's mode beside the index mode, saying "not measured yet" when it has no
+    row, so the paper's value is never drawn against the index mode."""
+    paths = set(paths)
+    return ordered(paths | {partner(p) for p in paths if mode_of(p) == INDEX_MODE})
 
 
 def ordered(paths) -> list[str]:

@@ -324,7 +324,7 @@ def test_figure_and_report_section_from_a_fake_csv(tmp_path):
     text = "\n".join(lines)
     assert "fake-old" not in text and "**prompt 1K, O=5**" in text and "**prompt 5K, O=5**" in text
     assert "| gdn_recurrent | 0.2 | 0.1 | 2.0× | 7 | 3.5 | 2.0× |" in text
-    assert "Controlled FullState: most time above its floor in gdn_recurrent (+3.5 ms, 2.0×)" in text
+    assert "Controlled FullState (index mode): most time above its floor in gdn_recurrent (+3.5 ms, 2.0×)" in text
     assert "the modelled floors add up to 3.95 ms (each at its own bound; the whole model's: 2.5 ms)" in text
 
 

@@ -105,11 +105,16 @@ def test_quick_run_without_the_pack_passes_and_names_what_did_not_run(tmp_path, 
     assert code == check.EXIT_OK, out
     assert "ok" in line(out, "Fig 8a: recurrent-path latency, R=4 W=512 Qwen, OneLA, O=3")
     assert "1.050" in line(out, "Fig 8a: recurrent-path latency, R=4 W=512 Qwen, OneLA, O=3")
-    assert "not run" in line(out, "Fig 8a: vLLM FullState / OneLA latency, O=3") and "no baseline pack" in out
+    assert "not run" in line(out, "Fig 8a: vLLM FullState / OneLA latency, O=3 [index mode]")
+    assert "no baseline pack" in out
     assert "ok" in line(out, "Fig 7a: OneLA latency, R=16 W=512")
     assert "ok" in line(out, "Fig 8b: OneLA persistent recurrent-state capacity, O=3")
     assert "ok" in line(out, "full_model: OneLA latency")
-    assert "not run" in line(out, "operator: vLLM FullState latency")
+    assert "not run" in line(out, "operator: vLLM FullState (index mode) latency")
+    # the paper's numbers pair with the paper-mode rows, which neither side has: never with the index mode's
+    assert "info: measured in neither" in line(out, "Fig 8a: vLLM FullState / OneLA latency, O=3 (")
+    assert "ok" in line(out, "Fig 6: full-model decode-forward, OneLA vs Controlled FullState (R=4 W=256, prompt "
+                             "1K/5K, O=3-7), smallest speedup [index mode]")
 
 
 @pytest.mark.parametrize("what", ["latency", "bytes", "failed", "traffic"])
@@ -167,3 +172,33 @@ def test_every_paper_number_has_a_tolerance():
     from plots import paper
     for n in paper.NUMBERS:
         assert check.kind_of(n.key) in check.TOLERANCES
+
+
+def _as_paper_mode(df: pd.DataFrame, index_path: str, scale: float) -> pd.DataFrame:
+    """FAKE paper-mode rows: `index_path`'s rows renamed `<index_path>_paper`, latencies x scale, hashed anew."""
+    from artifact.results import config_hash
+    rows = df[df.path == index_path].copy()
+    rows["path"] = index_path + "_paper"
+    lat = pd.to_numeric(rows["latency_ms"].replace("", np.nan))
+    rows["latency_ms"] = (lat * scale).map(lambda x: "" if pd.isna(x) else repr(float(x)))
+    rows["config_hash"] = [config_hash(r) for r in rows.to_dict("records")]
+    return rows
+
+
+def test_the_check_pairs_the_paper_with_the_paper_mode(tmp_path):
+    """With paper-mode rows in the reference and the run, the paper's vLLM FullState numbers are computed on them
+    and gated there (a paper-mode latency 30 % off fails the paper pairing's line); the index-mode line beside it
+    compares the index-mode rows and holds."""
+    rp = _read("recurrent_path")
+    ref_tables = {"recurrent_path": pd.concat([rp, _as_paper_mode(rp, "vllm_fullstate", 1.2)])}
+    ref_dir = write_run(tmp_path / "ref", ref_tables, run_id="ref-fake")
+    run_tables = {"recurrent_path": pd.concat([rp, _as_paper_mode(rp, "vllm_fullstate", 1.2 * 1.3)])}
+    run_dir = write_run(tmp_path / "run", run_tables)
+    code, out = check.check(run_dir, ref_dir)
+    assert code == check.EXIT_FAIL, out
+    paper_line = line(out, "Fig 8a: vLLM FullState / OneLA latency, O=3 (")
+    assert "FAIL" in paper_line and "| 39.7× |" in paper_line and "1.300" in paper_line
+    index_line = line(out, "Fig 8a: vLLM FullState / OneLA latency, O=3 [index mode]")
+    assert "| ok |" in index_line and f"| {check.NOT_PAIRED} |" in index_line
+    assert "FAIL" in line(out, "recurrent_path: vLLM FullState latency")
+    assert "ok" in line(out, "recurrent_path: vLLM FullState (index mode) latency")

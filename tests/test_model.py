@@ -122,6 +122,23 @@ def test_fullstate_and_replay_give_the_same_beams_at_fp32(fp32):
     assert (p != torch.arange(W, dtype=p.dtype)).any()
 
 
+def test_controlled_fullstate_paper_mode_decodes_the_index_modes_beams(device):
+    """Fig 6 runs Controlled FullState in both modes: the paper's (one pool, an explicit per-step copy of the
+    parents' states, `controlled_fullstate_paper`) decodes the same beams, bit for bit, as the index mode (two pools,
+    parents read through an index), through a beam search whose children duplicate and drop parents, and both
+    follow the FP32 FullState reference; the paper mode keeps one pool, half the index mode's."""
+    m = HybridModel.random(TINY, seed=1, dtype=torch.float32, device=device)
+    ps = prefill(m, random_prompts(R, L, TINY.vocab_size, seed=3, device=device), replay_block=4)
+    (di, a), (dp, b) = decode(m, ps, "controlled_fullstate"), decode(m, ps, "controlled_fullstate_paper")
+    _, ref = decode(m, ps, "reference_fullstate")
+    assert torch.equal(a.tokens, b.tokens) and torch.equal(a.parents, b.parents) and torch.equal(a.hidden, b.hidden)
+    assert torch.equal(a.tokens, ref.tokens) and (a.hidden - ref.hidden).abs().max() < 1e-3
+    p = a.parents[1:]
+    assert any(len(set(row.tolist())) < W for row in p.reshape(-1, W))      # the reorder duplicates parents
+    assert 2 * dp.steppers[0].persistent_bytes() == di.steppers[0].persistent_bytes()
+    assert dp.steppers[0].written_bytes() > di.steppers[0].written_bytes()  # plus the copy of every state
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_ancestry_and_copy_state_modes_decode_identically(dtype):
     """Conv windows and decode KV through the ancestry index (no copies) == per-beam copies, bit for bit."""

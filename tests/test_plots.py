@@ -1,8 +1,9 @@
 """The reporting stage (plots/) on synthetic result tables built here, in tmp_path.
 
 Every number in these fixtures is FAKE (simple formulas, labelled "FAKE" in the env record); the tests check
-that the figures draw what the tables hold, that REPORT.md covers every paper number, and that a failed or
-skipped cell never feeds a ratio. Nothing is written into results/.
+that the figures draw what the tables hold, that REPORT.md covers every paper number, that a failed or
+skipped cell never feeds a ratio, and that the paper's FullState numbers pair only with the paper-mode rows
+(`*_fullstate_paper`), whether the index-mode rows are there beside them or alone. Nothing is written into results/.
 """
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ from artifact.results import COLUMNS, config_hash
 from plots import __main__ as plots_main
 from plots import fig6_full_model, fig7_generality, fig8_sources, fig_breakdown, fig_floor_geometry, paper, report
 from plots.data import load_results, paired_ratio, read_csv
-from plots.ours import measures
-from plots.style import setup
+from plots.ours import MODE_KEYS, index_measures, measures
+from plots.style import INDEX_MODE, PAPER_MODE, colour, display_name, hatch, setup
 
 QWEN = (16, 16, 128, 128)
 FAKE_GEOMETRIES = {"fake_qwen": QWEN, "fake_wide": (4, 16, 128, 256), "fake_big": (8, 8, 256, 256)}
@@ -28,7 +29,12 @@ FAKE_GEOMETRIES = {"fake_qwen": QWEN, "fake_wide": (4, 16, 128, 256), "fake_big"
 FAKE_LATENCY_FACTOR = {"vllm_fullstate": 40.0, "sglang_fullstate": 42.0, "vllm_prefix_replay": 17.0,
                        "sglang_replayssm": 18.0, "flashinfer_fullstate": 41.0, "trtllm_fullstate": 46.0,
                        "controlled_fullstate": 38.0}
+# The paper-mode FullState paths: factors unlike their index modes' and below the replay paths' (so every number
+# over all baselines, e.g. the smallest speedup at the largest Qwen shape, differs between the modes); one pool.
+FAKE_PAPER_FACTOR = {"vllm_fullstate_paper": 12.0, "sglang_fullstate_paper": 13.0, "flashinfer_fullstate_paper": 14.0,
+                     "trtllm_fullstate_paper": 15.0, "controlled_fullstate_paper": 11.0}
 FULL_MODEL_PATHS = {"onela": 1.0, "controlled_fullstate": 2.0, "vllm_fullstate": 2.16, "vllm_prefix_replay": 2.5}
+FULL_MODEL_PAPER = {"controlled_fullstate_paper": 2.5, "vllm_fullstate_paper": 2.75}
 
 
 def _row(suite, path, geo, R, W, T, prompt_len=1024, **measured):
@@ -47,7 +53,9 @@ def _onela_latency(geo, R, W, T):
     return 1e-3 * R * W * T * hv * (k + v) / (16 * 256 * 128)
 
 
-def operator_rows(Rs=(4, 16), Ws=(512,), Ts=(2, 6)):
+def operator_rows(Rs=(4, 16), Ws=(512,), Ts=(2, 6), paper=True):
+    """Every shape: OneLA, the index-mode and replay baselines, and with `paper` the paper-mode FullState paths."""
+    factors = {**FAKE_LATENCY_FACTOR, **(FAKE_PAPER_FACTOR if paper else {})}
     rows = []
     for geo in FAKE_GEOMETRIES:
         hk, hv, k, v = FAKE_GEOMETRIES[geo]
@@ -58,31 +66,37 @@ def operator_rows(Rs=(4, 16), Ws=(512,), Ts=(2, 6)):
                     cap = R * hv * v * k * 4
                     rows.append(_row("operator", "onela", geo, R, W, T, latency_ms=lat, floor_ms=lat / 2,
                                      floor_bound="memory", persistent_bytes=cap, max_abs_err=1e-4))
-                    for b, f in FAKE_LATENCY_FACTOR.items():
+                    for b, f in factors.items():
                         rows.append(_row("operator", b, geo, R, W, T, latency_ms=lat * f,
-                                         persistent_bytes=cap * (10 if "replay" in b else 20)))
+                                         persistent_bytes=cap * (10 if "replay" in b or "paper" in b else 20)))
     return rows
 
 
-def fig8_rows():
+def fig8_rows(paper=True):
+    """Fig 8's cell: OneLA, vLLM prefix-cache replay, vLLM FullState in the index mode and, with `paper`, in the
+    paper's mode (one pool, writes and traffic up by the state copy)."""
     rows = []
     for T in (2, 6):
-        lat = {"onela": 0.1 * T, "vllm_prefix_replay": 1.5 * T, "vllm_fullstate": 4.0 * T}
+        lat = {"onela": 0.1 * T, "vllm_prefix_replay": 1.5 * T, "vllm_fullstate": 4.0 * T,
+               **({"vllm_fullstate_paper": 5.0 * T} if paper else {})}
         for p, x in lat.items():
-            cap = {"onela": 50 * T, "vllm_prefix_replay": 900.0, "vllm_fullstate": 2048.0}[p] * 2 ** 20
+            cap = {"onela": 50 * T, "vllm_prefix_replay": 900.0, "vllm_fullstate": 2048.0,
+                   "vllm_fullstate_paper": 1024.0}[p] * 2 ** 20
             rows.append(_row("recurrent_path", p, "fake_qwen", 4, 512, T, latency_ms=x, floor_ms=x / 3,
-                             persistent_bytes=cap, written_bytes=cap / 2))
-            dram = {"onela": 200, "vllm_prefix_replay": 8000, "vllm_fullstate": 16000}[p] * 2 ** 20
+                             persistent_bytes=cap, written_bytes=cap / 2 * (3 if "paper" in p else 1)))
+            dram = {"onela": 200, "vllm_prefix_replay": 8000, "vllm_fullstate": 16000,
+                    "vllm_fullstate_paper": 24000}[p] * 2 ** 20
+            flops = {"onela": dram * 30, "vllm_fullstate_paper": 16000 * 2 ** 20}   # the copy adds bytes, no FLOPs
             rows.append(_row("traffic", p, "fake_qwen", 4, 512, T, dram_read_bytes=dram * 0.75,
-                             dram_write_bytes=dram * 0.25, flops=dram * (30 if p == "onela" else 1)))
+                             dram_write_bytes=dram * 0.25, flops=flops.get(p, dram)))
     return rows
 
 
-def full_model_rows():
+def full_model_rows(paper=True):
     rows = []
     for prompt in (1024, 5120):
         for T in range(2, 7):
-            for p, f in FULL_MODEL_PATHS.items():
+            for p, f in {**FULL_MODEL_PATHS, **(FULL_MODEL_PAPER if paper else {})}.items():
                 rows.append(_row("full_model", p, "fake_qwen", 4, 256, T, prompt_len=prompt,
                                  latency_ms=(10 + T * (3 if prompt == 1024 else 6)) * f))
     return rows
@@ -105,14 +119,24 @@ def write_results(root, rows, env=True):
     return root
 
 
-@pytest.fixture(scope="module")
-def fake(tmp_path_factory):
-    root = tmp_path_factory.mktemp("results")
-    write_results(root, operator_rows() + fig8_rows() + full_model_rows())
+def _fake_results(root, paper: bool):
+    write_results(root, operator_rows(paper=paper) + fig8_rows(paper=paper) + full_model_rows(paper=paper))
     from test_breakdown import fake_rows            # the per-component breakdown's own FAKE table
     pd.DataFrame(fake_rows()).to_csv(root / fig_breakdown.CSV_NAME, index=False)
     setup()
     return load_results(root)
+
+
+@pytest.fixture(scope="module")
+def fake(tmp_path_factory):
+    """Both FullState modes measured."""
+    return _fake_results(tmp_path_factory.mktemp("results"), paper=True)
+
+
+@pytest.fixture(scope="module")
+def fake_index_only(tmp_path_factory):
+    """Only the index-mode FullState rows: the committed results until the paper-mode paths are measured."""
+    return _fake_results(tmp_path_factory.mktemp("results_index"), paper=False)
 
 
 def series(ax) -> set[str]:
@@ -124,34 +148,57 @@ def texts(fig) -> str:
     return "\n".join(t.get_text() for t in fig.findobj(lambda a: hasattr(a, "get_text")))
 
 
+def paper_row(lines: list[str], quantity: str) -> str:
+    """REPORT's row of the paper number whose quantity starts with `quantity` (the paper pairing)."""
+    return next(ln for ln in lines if ln.startswith("| ") and f"| {quantity}" in ln)
+
+
+def index_row(lines: list[str], quantity: str) -> str:
+    """The index-mode row that follows that paper number's row."""
+    i = lines.index(paper_row(lines, quantity))
+    assert report.INDEX_ROW in lines[i + 1], lines[i + 1]
+    return lines[i + 1]
+
+
+def cells(line: str) -> list[str]:
+    return [c.strip() for c in line.strip().strip("|").split(" | ")]
+
+
 def test_fig6_bars_per_path_and_speedup_labels(fake):
     fig = fig6_full_model.draw(fake)
     assert len(fig.axes) == 2
     for ax in fig.axes:
-        assert series(ax) == {f"series:{p}" for p in FULL_MODEL_PATHS}
+        assert series(ax) == {f"series:{p}" for p in {**FULL_MODEL_PATHS, **FULL_MODEL_PAPER}}
         bars = [a for a in ax.patches if a.get_gid() == "series:onela"]
         assert len(bars) == 5  # O = 3..7
-    assert texts(fig).count("2.00×") == 10  # controlled / onela = 2.0 on every (prompt, O) cell
+        assert all(a.get_hatch() for a in ax.patches if a.get_gid() == "series:controlled_fullstate")
+        assert not any(a.get_hatch() for a in ax.patches if a.get_gid() == "series:controlled_fullstate_paper")
+    t = texts(fig)
+    # over Controlled FullState in the paper's mode (2.5) first, then the index mode's (2.0), labelled
+    assert t.count("2.50×\nindex 2.00×") == 10
+    assert "vLLM's kernels inside this project's decode pipeline" in t
+    assert "Controlled FullState (index mode)" in t and "Controlled FullState" in t.replace(" (index mode)", "")
 
 
 def test_fig7_one_box_per_baseline_with_medians(fake):
     fig = fig7_generality.draw(fake)
-    expected = {f"series:{b}" for b in FAKE_LATENCY_FACTOR}
+    expected = {f"series:{b}" for b in {**FAKE_LATENCY_FACTOR, **FAKE_PAPER_FACTOR}}
     assert series(fig.axes[0]) == expected and series(fig.axes[1]) == expected
     t = texts(fig)
-    for f in FAKE_LATENCY_FACTOR.values():
+    for f in {**FAKE_LATENCY_FACTOR, **FAKE_PAPER_FACTOR}.values():
         assert f"{f:.1f}×" in t
     assert "(n=12)" in t  # 3 geometries x R{4,16} x T{2,6}
+    assert "not measured yet" not in t
 
 
 def test_fig8_three_panels_with_floors_and_ai(fake):
     fig = fig8_sources.draw(fake)
-    paths = {"series:onela", "series:vllm_prefix_replay", "series:vllm_fullstate"}
+    paths = {"series:onela", "series:vllm_prefix_replay", "series:vllm_fullstate", "series:vllm_fullstate_paper"}
     assert all(series(ax) == paths for ax in fig.axes[:3])
     t = texts(fig)
     assert "roofline floor" in t and "FLOP/B" in t and "AI 30" in t  # AI of fake onela = 30
     floor_lines = [c for c in fig.axes[0].collections if c.__class__.__name__ == "LineCollection"]
-    assert len(floor_lines) == 6  # one per bar: 3 paths x O{3, 7}
+    assert len(floor_lines) == 8  # one per bar: 4 paths x O{3, 7}
 
 
 def test_fig8_more_than_four_paths_still_draws_each(tmp_path):
@@ -161,8 +208,12 @@ def test_fig8_more_than_four_paths_still_draws_each(tmp_path):
                       reason="FAKE failed"))
     fig = fig8_sources.draw(load_results(write_results(tmp_path, fig8_rows() + extra)))
     assert series(fig.axes[0]) == {f"series:{p}" for p in ("onela", "vllm_prefix_replay", "vllm_fullstate",
-                                                              "controlled_fullstate", "sglang_fullstate")}
-    assert "failed" in texts(fig)  # the failed cell is named where its bar would be, not drawn
+                                                              "vllm_fullstate_paper", "controlled_fullstate",
+                                                              "sglang_fullstate")}
+    t = texts(fig)
+    assert "failed" in t  # the failed cell is named where its bar would be, not drawn
+    # the paper modes of the index-mode paths without paper-mode rows keep their slot, which says so
+    assert "not measured yet" in t and "SGLang FullState" in t.replace("SGLang FullState (index mode)", "")
 
 
 def test_floor_view_one_box_per_geometry(fake):
@@ -192,7 +243,7 @@ def test_report_has_every_paper_number_and_ours(fake):
                      and f"| {n.text}{report.UNIT[n.unit]} |" in ln), None)
         assert line is not None, n.key
         assert report.NOT_MEASURED not in line, n.key
-    assert "| 40.0× | 0.99 |" in text           # fake vLLM FullState factor 40 vs paper 40.5
+    assert "| 12.0× | 0.30 |" in text           # fake vLLM FullState (paper mode) factor 12 vs paper 40.5
     assert "FAKE GPU (test fixture)" in text and "copy 4.00 TB/s" in text
 
 
@@ -202,8 +253,9 @@ def test_empty_results_say_not_measured_and_no_data(tmp_path):
     # a paper system with no released GDN kernel says so whatever was measured; every other number is not yet
     no_kernel = [n for n in paper.NUMBERS if any(f".{s}." in f"{n.key}." for s in paper.NO_KERNEL)]
     assert no_kernel and text.count("none: no GDN kernel") == len(no_kernel)
-    # + the breakdown section + the line naming the registered paths with no rows (here: all of them)
-    assert text.count(report.NOT_MEASURED) == len(paper.NUMBERS) - len(no_kernel) + 2
+    # + each FullState number's index-mode row, the header's word on the pairing, the breakdown section and the
+    # line naming the registered paths with no rows (here: all of them)
+    assert text.count(report.NOT_MEASURED) == len(paper.NUMBERS) - len(no_kernel) + len(MODE_KEYS) + 3
     for mod in (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, fig_breakdown):
         assert "no data yet" in texts(mod.draw(res))
 
@@ -223,16 +275,18 @@ def test_failed_and_skipped_cells_never_feed_a_ratio(tmp_path):
     write_results(tmp_path, rows)
     res = load_results(tmp_path)
     ops = res["operator"]
+    assert len(paired_ratio(ops, "vllm_fullstate_paper")) == 1     # untouched by the poison, paper mode
     assert len(paired_ratio(ops, "vllm_fullstate")) == 0           # onela failed/skipped, or baseline failed
     assert len(paired_ratio(ops, "sglang_fullstate")) == 0         # the remaining shape has inf latency
     assert len(paired_ratio(ops, "trtllm_fullstate")) == 1         # only fake_wide has both ok
     assert paired_ratio(ops, "trtllm_fullstate").iloc[0] == pytest.approx(46.0)
     text = report.build(res)
     lines = text.splitlines()
-    vllm = next(ln for ln in lines if "median latency speedup over vLLM FullState" in ln)
+    vllm = index_row(lines, "median latency speedup over vLLM FullState")
     assert "| none: failed |" in vllm and report.NOT_MEASURED not in vllm      # a failed cell is no "not yet"
-    assert "OneLA 1 ok, 1 failed, 1 skipped; vLLM FullState 2 ok, 1 failed" in vllm
-    assert "| 46.0× |" in next(ln for ln in lines if "median latency speedup over TRT-LLM" in ln)
+    assert "OneLA 1 ok, 1 failed, 1 skipped; vLLM FullState (index mode) 2 ok, 1 failed" in vllm
+    assert "| 46.0× |" in index_row(lines, "median latency speedup over TRT-LLM")
+    assert "| 15.0× |" in paper_row(lines, "median latency speedup over TRT-LLM")
     assert "FAKE failed" in text and "FAKE skipped" in text and "Failed cells (2)" in text
 
 
@@ -265,7 +319,7 @@ def test_paired_ratio_uses_only_both_ok_finite(cells):
 
 
 def test_torn_line_shards_and_repeats(tmp_path):
-    rows = fig8_rows()
+    rows = fig8_rows(paper=False)
     write_results(tmp_path, rows)
     csv = tmp_path / "recurrent_path.csv"
     csv.write_text(csv.read_text() + "recurrent_path,onela,fake_qwen,4,512,2,3,16,16,128,128,,beam,0,ok,,0.0")
@@ -290,3 +344,126 @@ def test_report_names_registered_paths_without_rows_and_styles_every_path():
     assert report.NOT_MEASURED in line
     for p in ("controlled", "vllm", "sglang", "flashinfer", "trtllm"):
         assert f"`{p}_fullstate_paper`" in line and f"`{p}_fullstate`" not in line
+
+
+# ---- like with like: the paper's FullState numbers pair only with the paper-mode rows ----
+
+def test_mode_keys_are_exactly_the_numbers_that_read_a_fullstate_system(fake):
+    """On rows where the two modes differ everywhere, the paper numbers whose value changes with the mode are
+    exactly MODE_KEYS (those REPORT follows with an index-mode row): none reads a FullState path unnoticed."""
+    by_paper, by_index = measures(PAPER_MODE), measures(INDEX_MODE)
+    differ = set()
+    for k in by_paper:
+        a, b = by_paper[k](fake).value, by_index[k](fake).value
+        if not (a == b or (math.isnan(a) and math.isnan(b))):
+            differ.add(k)
+    assert differ == set(MODE_KEYS)
+    assert all(by_paper[k](fake).measured and by_index[k](fake).measured for k in MODE_KEYS)
+
+
+def test_report_pairs_the_paper_with_the_paper_mode_and_shows_the_index_mode_beside(fake):
+    text = report.build(fake)
+    lines = text.splitlines()
+    m, idx = measures(), index_measures()
+    for n in paper.NUMBERS:
+        if n.key not in MODE_KEYS:
+            continue
+        row = next(ln for ln in lines if f"| {report._cell(n.quantity)}" in ln and f"| {n.text}{report.UNIT[n.unit]} |"
+                   in ln)
+        alt = lines[lines.index(row) + 1]
+        want, other = m[n.key](fake).value, idx[n.key](fake).value
+        assert cells(row)[3] == report.fmt(want, n.unit) != report.fmt(other, n.unit), n.key
+        assert cells(row)[4] == f"{want / n.value:.2f}"
+        assert "_fullstate_paper`" in cells(row)[5] and "_fullstate`" not in cells(row)[5].replace("_paper`", "")
+        # the index mode: its own row, labelled, not paired with the paper's value
+        assert cells(alt)[1] == report.INDEX_ROW and cells(alt)[2] == report.NOT_PAIRED and cells(alt)[4] == "—"
+        assert cells(alt)[3] == report.fmt(other, n.unit), n.key
+    assert "| 12.0× | 0.30 |" in paper_row(lines, "median latency speedup over vLLM FullState")
+    assert "| 40.0× | — |" in index_row(lines, "median latency speedup over vLLM FullState")
+    # Fig 6: OneLA vs Controlled FullState in the paper's mode (2.5x), the index mode's 2.0x beside it
+    assert "| 2.50× | 1.62 |" in paper_row(lines, "full-model decode-forward, OneLA vs Controlled FullState")
+    assert "| 2.00× | — |" in index_row(lines, "full-model decode-forward, OneLA vs Controlled FullState")
+    # README's claims: the paper's mode, then the index mode in brackets, labelled
+    claims = "\n".join(report.claims(fake))
+    assert "| 12.0× / 13.0× [index mode, not paired: 40.0× / 42.0×] |" in claims
+
+
+def test_index_mode_rows_alone_pair_nothing_with_the_paper(fake_index_only):
+    """The committed state until the paper-mode paths are measured: every paper FullState number says "not
+    measured yet" (no ratio to the paper), naming the paper-mode path it waits for; the index-mode value sits in
+    its own row. A number that reads no FullState system is unchanged."""
+    res = fake_index_only
+    lines = report.build(res).splitlines()
+    idx = index_measures()
+    for n in paper.NUMBERS:
+        row = next(ln for ln in lines if f"| {report._cell(n.quantity)}" in ln and f"| {n.text}{report.UNIT[n.unit]} |"
+                   in ln)
+        if n.key not in MODE_KEYS:
+            assert report.NOT_MEASURED not in row, n.key
+            continue
+        assert cells(row)[3] == report.NOT_MEASURED and cells(row)[4] == "—", n.key
+        assert "no row yet of" in cells(row)[5], n.key
+        alt = lines[lines.index(row) + 1]
+        assert cells(alt)[1] == report.INDEX_ROW and cells(alt)[3] == report.fmt(idx[n.key](res).value, n.unit)
+        assert idx[n.key](res).measured, n.key
+    claims = "\n".join(report.claims(res))
+    assert f"| {report.NOT_MEASURED} / {report.NOT_MEASURED} [index mode, not paired: 40.0× / 42.0×] |" in claims
+
+
+def _diamond_xs(ax) -> list[float]:
+    return [float(x) for c in ax.collections if c.__class__.__name__ == "PathCollection"
+            for x, _ in c.get_offsets()]
+
+
+def test_figures_render_index_only_and_never_draw_the_paper_at_the_index_mode(fake_index_only):
+    res = fake_index_only
+    for mod in (fig6_full_model, fig7_generality, fig8_sources):
+        t = texts(mod.draw(res))
+        assert "not measured yet" in t and "(index mode)" in t, mod.__name__
+    # Fig 8a: the paper's vLLM FullState diamonds sit at the (empty) paper-mode slot, off the index-mode bars
+    fig = fig8_sources.draw(res)
+    bars = [a for a in fig.axes[0].patches if a.get_gid() == "series:vllm_fullstate"]
+    assert bars and all(a.get_hatch() for a in bars)
+    for x in _diamond_xs(fig.axes[0]):
+        assert not any(b.get_x() <= x <= b.get_x() + b.get_width() for b in bars), x
+    assert len(_diamond_xs(fig.axes[0])) == 4         # OneLA and vLLM FullState at O=3 and O=7
+    # Fig 7a: each FullState diamond is at its paper-mode slot (n=0), not beside the hatched index-mode box
+    fig = fig7_generality.draw(res)
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_xticklabels()]
+    boxes = {b: i + 1 for i, b in enumerate(labels)}
+    index_at = [boxes[lb] for lb in labels if "(index" in lb]
+    xs = _diamond_xs(ax)
+    assert len(xs) == 5                                 # the paper's five medians (no vLLM ReplaySSM kernel)
+    assert all(min(abs(x - i) for i in index_at) > 0.5 for x in xs)
+    assert sum("(n=0)" in lb for lb in labels) == 5    # vLLM, SGLang, FlashInfer, TRT-LLM, Controlled: paper mode
+
+
+def test_figures_render_both_modes_with_the_paper_at_the_paper_mode(fake):
+    fig = fig8_sources.draw(fake)
+    paper_bars = [a for a in fig.axes[0].patches if a.get_gid() == "series:vllm_fullstate_paper"]
+    assert paper_bars and not any(a.get_hatch() for a in paper_bars)
+    for x in _diamond_xs(fig.axes[0]):
+        if not any(b.get_x() <= x <= b.get_x() + b.get_width() * 1.5 for b in paper_bars):
+            onela = [a for a in fig.axes[0].patches if a.get_gid() == "series:onela"]
+            assert any(b.get_x() <= x <= b.get_x() + b.get_width() * 1.5 for b in onela), x
+    assert "not measured yet" not in texts(fig)
+
+
+def test_one_naming_rule_for_the_five_fullstate_systems():
+    """The paper's mode carries the paper's name, the index mode the same name + " (index mode)", same colour,
+    hatched; no other path is named as a mode."""
+    from artifact.paths import PATHS
+    papers = [p for p in PATHS if p.endswith("_fullstate_paper")]
+    assert len(papers) == 5
+    for p in papers:
+        idx = p.removesuffix("_paper")
+        assert idx in PATHS
+        assert display_name(p).endswith("FullState") and "paper" not in display_name(p).lower()
+        assert display_name(idx) == display_name(p) + " (index mode)"
+        assert colour(p) == colour(idx) and hatch(idx) and not hatch(p)
+    assert display_name("vllm_fullstate_paper") == "vLLM FullState"
+    assert display_name("controlled_fullstate_paper") == "Controlled FullState"
+    for p in set(PATHS) - set(papers) - {p.removesuffix("_paper") for p in papers}:
+        assert "(index mode)" not in display_name(p) and not hatch(p), p
+    assert len({display_name(p) for p in PATHS}) == len(PATHS)

@@ -72,7 +72,8 @@ def test_operator_suite_is_405_shapes_over_every_system():
 
 def test_paper_suites_cells():
     fm = validate(cfg_of("suite=full_model"))
-    assert fm.paths == ["onela", "controlled_fullstate", "vllm_fullstate", "vllm_prefix_replay"]
+    assert fm.paths == ["onela", "controlled_fullstate_paper", "controlled_fullstate", "vllm_fullstate_paper",
+                        "vllm_fullstate", "vllm_prefix_replay"]
     assert (fm.R, fm.W, fm.T, fm.prompt_len) == ([4], [256], [2, 3, 4, 5, 6], [1024, 5120])
     rp = validate(cfg_of("suite=recurrent_path"))
     assert (list(rp.geometries), rp.R, rp.W, rp.T, rp.paths) == (["qwen3_5_0_8b"], [4], [512], [2, 6], list(PATHS))
