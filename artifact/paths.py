@@ -66,8 +66,10 @@ class DecodePath(abc.ABC):
 
     def cost(self, wl) -> dict | None:
         """Roofline inputs of this path's algorithm on `wl`: {"compulsory_bytes", "flops", "rate"} where rate is
-        the ceiling key of its arithmetic ("fp32_flop_per_s", "tf32_flop_per_s", "bf16_flop_per_s"); None if
-        the path does not model itself."""
+        the ceiling key of its arithmetic ("fp32_flop_per_s", "tf32_flop_per_s", "bf16_flop_per_s"), and
+        optionally "step_bytes", the compulsory bytes of each of the T steps (they add up to compulsory_bytes;
+        without them the launch floor splits the total evenly, artifact.launch_floor.step_bytes); None if the
+        path does not model itself."""
         return None
 
 

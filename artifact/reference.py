@@ -174,16 +174,18 @@ def fullstate_cost(wl, extra_state_copies: int = 0, first_step_copies: int | Non
     + write) that a framework's kernel interface forces on top (SGLang's, TRT-LLM's in-place slot update), or
     that the paper's explicit reorder into one persistent pool costs; `first_step_copies` (default: the same)
     is that count at step 0, where a path reading S_ctx directly copies nothing.
-    Counting N state reads at step 0 would put this floor above the measured FullState times."""
+    Counting N state reads at step 0 would put this floor above the measured FullState times. `step_bytes`: the
+    same bytes step by step (they add up to `compulsory_bytes`)."""
     geo, T, R, N = wl.geometry, wl.T, wl.R, wl.R * wl.W
     sb, elem = geo.state_bytes, wl.q.element_size()
     per_beam_io = token_input_bytes(geo, elem) + geo.hv * geo.v * elem + 4
-    nbytes = 0
+    steps = []
     first = extra_state_copies if first_step_copies is None else first_step_copies
     for t in range(T):
         copies = first if t == 0 else extra_state_copies
-        nbytes += (R if t == 0 else N) * sb + N * sb + N * 2 * sb * copies + N * per_beam_io
-    return {"compulsory_bytes": nbytes, "flops": T * N * token_flops(geo), "rate": "fp32_flop_per_s"}
+        steps.append((R if t == 0 else N) * sb + N * sb + N * 2 * sb * copies + N * per_beam_io)
+    return {"compulsory_bytes": sum(steps), "step_bytes": steps, "flops": T * N * token_flops(geo),
+            "rate": "fp32_flop_per_s"}
 
 
 def _gather_beams(x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:

@@ -6,9 +6,11 @@ One schema for every suite, so files never become a sparse union of columns. A r
 
 Every reader of a results table (the sweep's resume, the merges, the figures) goes through `read_table`, which
 checks every line against the schema (`row_problems`) and names the file and line of anything it refuses;
-`append_row` checks a row the same way before writing it, so what is written reads back. `table_lock` gives a
-table one writer at a time. `python -m artifact.results repair FILE` moves refused lines aside;
-`python -m artifact.results verify ENV.json ...` checks env records against the code they name.
+`append_row` checks a row the same way before writing it, so what is written reads back. A table written before
+a column of ADDED_COLUMNS existed reads with that column empty, and the first append rewrites it in COLUMNS
+(`upgrade_table`). `table_lock` gives a table one writer at a time. `python -m artifact.results repair FILE`
+moves refused lines aside; `python -m artifact.results verify ENV.json ...` checks env records against the code
+they name.
 """
 from __future__ import annotations
 
@@ -28,11 +30,16 @@ from pathlib import Path
 
 COLUMNS = [
     "suite", "path", "geometry", "R", "W", "T", "O", "HK", "HV", "K", "V", "prompt_len", "lineage", "seed",
-    "status", "reason", "latency_ms", "p20_ms", "p80_ms", "floor_ms", "floor_bound", "timer",
+    "status", "reason", "latency_ms", "p20_ms", "p80_ms", "floor_ms", "floor_bound", "launch_floor_ms", "timer",
     "persistent_bytes", "written_bytes", "dram_read_bytes", "dram_write_bytes", "flops", "compulsory_bytes",
     "max_abs_err", "tolerance", "config_hash", "run_id", "git_commit",
 ]
 STATUSES = ("ok", "skipped", "failed")
+
+# Columns a table may lack: a header that is COLUMNS without some of these (the others in COLUMNS' order) is a
+# results header, and its rows read with the missing columns empty. Tables committed before a column joined the
+# schema stay readable as they are; nothing else may be missing.
+ADDED_COLUMNS = ("launch_floor_ms",)
 
 # Fields that define a cell (hashed); measured fields never enter the hash.
 KEY_FIELDS = ("suite", "path", "geometry", "R", "W", "T", "HK", "HV", "K", "V", "prompt_len", "lineage", "seed")
@@ -40,8 +47,8 @@ KEY_FIELDS = ("suite", "path", "geometry", "R", "W", "T", "HK", "HV", "K", "V", 
 # What a valid row holds (row_problems): integer fields with their minimum, measured numbers (empty, or a number
 # >= 0; nan / inf allowed, e.g. a failed cell's max_abs_err), and text fields that may not be empty.
 INT_FIELDS = {"R": 1, "W": 1, "T": 1, "O": 2, "HK": 1, "HV": 1, "K": 1, "V": 1, "prompt_len": 0, "seed": 0}
-MEASURED_FIELDS = ("latency_ms", "p20_ms", "p80_ms", "floor_ms", "persistent_bytes", "written_bytes",
-                   "dram_read_bytes", "dram_write_bytes", "flops", "compulsory_bytes", "max_abs_err")
+MEASURED_FIELDS = ("latency_ms", "p20_ms", "p80_ms", "floor_ms", "launch_floor_ms", "persistent_bytes",
+                   "written_bytes", "dram_read_bytes", "dram_write_bytes", "flops", "compulsory_bytes", "max_abs_err")
 NAME_FIELDS = ("suite", "path", "geometry", "lineage", "run_id")
 _HASH = re.compile(r"[0-9a-f]{16}")
 _SUITE = re.compile(r"[a-z][a-z0-9_]*")
@@ -149,7 +156,8 @@ def check_row(row: dict) -> list[str]:
 
 def append_row(csv_path: str | os.PathLike, row: dict) -> None:
     """Append one row and flush it to disk, so a killed sweep loses no finished cell. The row is checked as it
-    will read back (row_problems); one line per row, so a field may not hold a line break."""
+    will read back (row_problems); one line per row, so a field may not hold a line break. A table whose header
+    lacks some ADDED_COLUMNS is rewritten in COLUMNS first (upgrade_table), so every line of it has one schema."""
     unknown = set(row) - set(COLUMNS)
     if unknown:
         raise ValueError(f"append_row: unknown columns {sorted(unknown)}")
@@ -157,7 +165,55 @@ def append_row(csv_path: str | os.PathLike, row: dict) -> None:
     problems = check_row(row)
     if problems:
         raise ValueError("append_row: invalid row: " + "; ".join(problems))
+    upgrade_table(csv_path)
     append_csv(csv_path, COLUMNS, [text])
+
+
+def is_results_header(header: list[str]) -> bool:
+    """True for COLUMNS, and for COLUMNS without some of ADDED_COLUMNS (a table written before they existed)."""
+    return header == [c for c in COLUMNS if c in header] and set(COLUMNS) - set(header) <= set(ADDED_COLUMNS)
+
+
+def _header_of(path: Path) -> list[str] | None:
+    """The first line of a table as CSV fields (None when the file is missing, empty or not a CSV line)."""
+    try:
+        with open(path, "rb") as f:
+            first = f.readline()
+        return next(csv.reader([first.rstrip(b"\r\n").decode("utf-8")], strict=True), []) if first else None
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
+
+
+def upgrade_table(csv_path: str | os.PathLike) -> bool:
+    """Rewrite a table whose header lacks some ADDED_COLUMNS in COLUMNS, the missing fields empty; True if it
+    was rewritten. Each complete line that is one CSV record of the old header's fields is rewritten in COLUMNS
+    (a valid row stays valid, an invalid one keeps its problem); any other line (a truncated or mangled one, a
+    torn last line) is kept byte for byte, so the rewrite neither hides nor repairs anything the reader refuses.
+    Atomic (a temp file, then rename); the caller holds the table's lock."""
+    path = Path(csv_path)
+    header = _header_of(path)
+    if header is None or header == COLUMNS or not is_results_header(header):
+        return False
+    data = path.read_bytes()
+    lines = data.split(b"\n")
+    out = [",".join(COLUMNS).encode() + (b"\r" if lines[0].endswith(b"\r") else b"")]
+    for i, raw in enumerate(lines[1:], start=1):
+        complete = i < len(lines) - 1             # the last piece has no line end: torn (or empty)
+        fields = None
+        if complete:
+            try:
+                fields = next(csv.reader([raw.rstrip(b"\r").decode("utf-8")], strict=True), [])
+            except (UnicodeDecodeError, csv.Error):
+                fields = None
+        if fields is not None and len(fields) == len(header):
+            buf = io.StringIO()
+            values = dict(zip(header, fields))
+            csv.writer(buf, lineterminator="").writerow([values.get(c, "") for c in COLUMNS])
+            out.append(buf.getvalue().encode() + (b"\r" if raw.endswith(b"\r") else b""))
+        else:
+            out.append(raw)
+    atomic_write_bytes(path, b"\n".join(out))
+    return True
 
 
 def append_csv(csv_path: str | os.PathLike, columns, rows: list[dict]) -> None:
@@ -192,6 +248,7 @@ class Table:
     the torn last line a killed writer leaves (text without its line end; None if the file ends cleanly)."""
 
     path: Path
+    columns: list[str] = field(default_factory=lambda: list(COLUMNS))     # the file's header
     rows: list[dict] = field(default_factory=list)
     lines: list[int] = field(default_factory=list)
     refused: list[Refused] = field(default_factory=list)
@@ -219,6 +276,12 @@ class Table:
         return out
 
 
+def _in_columns(header: list[str], fields: list[str]) -> dict:
+    """A line's fields under its file's header as a row of every column of COLUMNS (the missing ones empty)."""
+    values = dict(zip(header, fields))
+    return {c: values.get(c, "") for c in COLUMNS}
+
+
 def _csv_line(row: dict) -> str:
     buf = io.StringIO()
     csv.writer(buf, lineterminator="").writerow([row[c] for c in COLUMNS])
@@ -234,10 +297,12 @@ def repair_command(path: str | os.PathLike) -> str:
 
 
 def read_table(path: str | os.PathLike) -> Table:
-    """Read a results table, checking every line: the header must be COLUMNS; each following line must be one
-    CSV record of exactly those columns (UTF-8) that passes row_problems, with a config_hash no earlier line
-    holds (one row per cell). Lines that fail are returned as `refused`, never as rows; a last line without its
-    line end (a killed writer's) is returned as `torn`. A missing or empty file is an empty table.
+    """Read a results table, checking every line: the header must be COLUMNS (or COLUMNS without some of
+    ADDED_COLUMNS, whose fields then read empty); each following line must be one CSV record of exactly the
+    header's columns (UTF-8) that passes row_problems, with a config_hash no earlier line holds (one row per
+    cell). Rows come back with every column of COLUMNS. Lines that fail are returned as `refused`, never as rows;
+    a last line without its line end (a killed writer's) is returned as `torn`. A missing or empty file is an
+    empty table.
     Raises ResultsFileError when the file cannot be read or its header is not the schema's."""
     path = Path(path)
     table = Table(path)
@@ -257,12 +322,13 @@ def read_table(path: str | os.PathLike) -> Table:
         header = next(csv.reader([raw[0].rstrip(b"\r").decode("utf-8")], strict=True), [])
     except (UnicodeDecodeError, csv.Error) as e:
         raise ResultsFileError(f"{path} line 1: not a results header ({e}); move the file away") from None
-    if header != COLUMNS:
+    if not is_results_header(header):
         missing = [c for c in COLUMNS if c not in header]
         extra = [c for c in header if c not in COLUMNS]
         raise ResultsFileError(f"{path}: columns differ from artifact.results.COLUMNS (missing {missing}, "
                                f"extra {extra}{', order differs' if not missing and not extra else ''}); "
                                "move the file away or re-create it")
+    table.columns = header
     seen: dict[str, int] = {}
     for n, line in enumerate(raw[1:], start=2):
         line = line.rstrip(b"\r")
@@ -277,12 +343,12 @@ def read_table(path: str | os.PathLike) -> Table:
         except csv.Error as e:
             table.refused.append(Refused(n, f"not one CSV record ({e})", text))
             continue
-        if len(fields) != len(COLUMNS):
+        if len(fields) != len(header):
             why = "an empty line" if not text.strip() else \
-                f"{len(fields)} fields, expected {len(COLUMNS)} (a truncated or mangled line)"
+                f"{len(fields)} fields, expected {len(header)} (a truncated or mangled line)"
             table.refused.append(Refused(n, why, text))
             continue
-        row = dict(zip(COLUMNS, fields))
+        row = _in_columns(header, fields)
         problems = row_problems(row)
         if problems:
             table.refused.append(Refused(n, "; ".join(problems), text))
@@ -347,7 +413,7 @@ def repair_table(path: str | os.PathLike) -> dict:
             m = re.match(r"config_hash ([0-9a-f]{16}) is already recorded at line (\d+)", ref.why)
             if m:
                 first, _ = by_hash[m[1]]
-                dup = dict(zip(COLUMNS, next(csv.reader([ref.text]))))
+                dup = _in_columns(table.columns, next(csv.reader([ref.text])))
                 diff = [c for c in COLUMNS if c not in PROVENANCE and first[c] != dup[c]]
                 if diff:
                     conflicted.add(m[1])

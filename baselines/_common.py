@@ -55,16 +55,16 @@ def grid_reason(n_programs: int, what: str) -> str | None:
 
 def replay_cost(wl, tail_len: int = 0) -> dict:
     """ReplaySSM: at step t every beam loads the checkpoint and replays tail_len + t + 1 tokens, whose inputs
-    it first gathers along its ancestry (t tokens read + written)."""
+    it first gathers along its ancestry (t tokens read + written). `step_bytes`: the bytes step by step."""
     geo, N = wl.geometry, wl.R * wl.W
     sb, elem = geo.state_bytes, wl.q.element_size()
     tok = token_input_bytes(geo, elem)
-    nbytes = flops = 0
+    steps, flops = [], 0
     for t in range(wl.T):
         n_tok = tail_len + t + 1
-        nbytes += N * (sb + n_tok * tok + 2 * t * tok + geo.hv * geo.v * elem)
+        steps.append(N * (sb + n_tok * tok + 2 * t * tok + geo.hv * geo.v * elem))
         flops += N * n_tok * token_flops(geo)
-    return {"compulsory_bytes": nbytes, "flops": flops, "rate": "fp32_flop_per_s"}
+    return {"compulsory_bytes": sum(steps), "step_bytes": steps, "flops": flops, "rate": "fp32_flop_per_s"}
 
 
 def gates_to_logits(g: torch.Tensor, beta: torch.Tensor, a_out: torch.Tensor, b_out: torch.Tensor) -> None:

@@ -158,16 +158,18 @@ class SglangReplaySSMPath(StepperPath):
 
     def cost(self, wl):
         """Each step every beam reads its slot's checkpoint and t ring records, writes one record; the rings
-        of steps >= 1 are gathered along the parents (t records read + written)."""
+        of steps >= 1 are gathered along the parents (t records read + written). `step_bytes`: the bytes step
+        by step, the checkpoint's load into every beam's slot in step 0's."""
         geo, N = wl.geometry, wl.R * wl.W
         sb, elem = geo.state_bytes, wl.q.element_size()
         record = 4 * (geo.hv * geo.v + geo.hk * geo.k + geo.hv)
         tok = token_input_bytes(geo, elem)
-        nbytes = wl.R * sb + N * sb                       # checkpoint loaded into every beam's slot
+        steps = []
         flops = 0
         for t in range(wl.T):
-            nbytes += N * (sb + t * record + record + 2 * t * record + tok + geo.hv * geo.v * elem)
+            load = wl.R * sb + N * sb if t == 0 else 0     # checkpoint loaded into every beam's slot
+            steps.append(load + N * (sb + t * record + record + 2 * t * record + tok + geo.hv * geo.v * elem))
             # rebuild S from S0 and t records (2·V·K each, + decay V·K), read it with q and k, one record
             flops += N * (geo.hv * (geo.v * geo.k * (1 + 2 * t) + 4 * geo.v * geo.k + 4 * geo.v)
                           + 2 * geo.hk * 3 * geo.k)
-        return {"compulsory_bytes": nbytes, "flops": flops, "rate": "fp32_flop_per_s"}
+        return {"compulsory_bytes": sum(steps), "step_bytes": steps, "flops": flops, "rate": "fp32_flop_per_s"}

@@ -80,6 +80,13 @@ def paper_vs_ours(res: Results) -> list[str]:
     return _table(["where", "quantity", "paper", "ours", "ours/paper", "source; how ours was computed"], rows)
 
 
+def floors_per_geometry(res: Results) -> list[str]:
+    """OneLA's latency / floor_ms per operator geometry, with latency / launch_floor_ms beside it where rows
+    have that column (plots.fig_floor_geometry.report_lines)."""
+    from plots import fig_floor_geometry
+    return fig_floor_geometry.report_lines(res)
+
+
 def paths_not_measured(res: Results) -> list[str]:
     """Registered paths with no row in any suite (e.g. a mode added after the last GPU run): named, so a reader
     sees they exist and were not measured rather than that they were dropped."""
@@ -197,6 +204,7 @@ def build(res: Results, figures: list[Path] | None = None, report_dir: Path = Pa
              f"its own row (↳), \"{NOT_PAIRED}\" with the paper's value (docs/methods.md §4).", "",
              "## Numbers to reproduce", "", *paper_vs_ours(res), "",
              "## Where a decode call's time goes (not in the paper)", "", *fig_breakdown.report_lines(res.root), "",
+             "## OneLA against its floors per geometry (not in the paper)", "", *floors_per_geometry(res), "",
              "## Inputs", "", *inputs(res), "",
              "## Environment (from results/env/<run_id>.json)", "", *environment(res), "",
              "## Cells that were skipped or failed", "", *not_run(res), ""]

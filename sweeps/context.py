@@ -29,7 +29,8 @@ class RunContext:
 
     device      where workloads live: torch.device("cuda:<i>") or torch.device("cpu")
     ceilings    measure_ceilings() of this GPU, measured once per run (copy_bytes_per_s,
-                fp32/tf32/bf16_flop_per_s); None on a CPU or with hardware.measure_ceilings=false
+                fp32/tf32/bf16_flop_per_s); None on a CPU or with hardware.measure_ceilings=false, and then
+                no row has a floor (floor_ms, launch_floor_ms)
     tolerance   the correctness gate: max |o - o_fp32 FullState| a cell may have and still be timed
     warmup_ms, rep_ms   the timer's settings (artifact.measure.check_and_time)
     time_it     False on a CPU: cells are checked, never timed

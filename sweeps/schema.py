@@ -77,7 +77,8 @@ class HardwareConf:
     """Where cells run. device: auto (cuda if available, else cpu) | cuda | cpu. gpu: the CUDA device index
     (None = the current device; launchers set one per job). expect_gpu: a substring the GPU's name must
     contain (e.g. "H200"), so results are never silently taken on another part. measure_ceilings: measure
-    copy bandwidth and matrix rates once per run (GPU only) for the floor_ms column."""
+    copy bandwidth and matrix rates once per run (GPU only) for the floor_ms column; the floors are on with it,
+    launch_floor_ms too (artifact.launch_floor)."""
 
     name: str = "auto"
     device: str = "auto"

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from artifact.results import COLUMNS
+from artifact.results import COLUMNS, read_rows
 from plots import check
 from plots.data import load_results
 
@@ -26,7 +26,8 @@ NO_PACK = "cannot import vllm.model_executor.layers.fla.ops from pack .baseline_
 
 @functools.cache
 def _committed(suite: str) -> pd.DataFrame:
-    return pd.read_csv(RESULTS / f"{suite}.csv", dtype=str, keep_default_na=False)
+    """The committed table through the store's reader: every column of COLUMNS (those it lacks, empty)."""
+    return pd.DataFrame(read_rows(RESULTS / f"{suite}.csv"), columns=COLUMNS, dtype=str)
 
 
 def _read(suite: str) -> pd.DataFrame:

@@ -2,7 +2,8 @@
 
 Times the whole T-step decode of `onela` and `controlled_fullstate` on one geometry (default Qwen3.5-0.8B,
 W=512, R in {4, 16}, O in {7, 3}) in one process, through the operator suite's own cell measurement (gate
-against FP32 FullState, then the CUDA-graph replay timer, floor from the path's cost model), and writes the rows
+against FP32 FullState, then the CUDA-graph replay timer, floor_ms and launch_floor_ms from the path's cost
+model), and writes the rows
 in the results schema every suite uses (`artifact.results.COLUMNS`, suite `kernel_bench`) to DIR/bench.csv with
 its env record DIR/env/<run_id>.json. `--config` adds `onela` rows under a launch config override (keys
 `kernels.onela.CONFIG_KEYS`), labelled `onela[<json>]` in the path column. The summary table is printed last.
@@ -102,7 +103,9 @@ def main(argv=None) -> int:
             append_row(out / "bench.csv", row)
             rows.append(row)
             print(f"{name:24s} R={R:2d} O={O} {row['status']:6s} lat={row.get('latency_ms', float('nan')):.4f} ms "
-                  f"floor={row.get('floor_ms', float('nan')):.4f} ms err={row.get('max_abs_err', float('nan')):.2e} "
+                  f"floor={row.get('floor_ms', float('nan')):.4f} ms "
+                  f"launch floor={row.get('launch_floor_ms', float('nan')):.4f} ms "
+                  f"err={row.get('max_abs_err', float('nan')):.2e} "
                   f"{row.get('reason', '')}", flush=True)
             free_device_memory("cuda")
         del wl, ref
@@ -110,7 +113,9 @@ def main(argv=None) -> int:
     print("\nsummary:")
     for r in rows:
         lat, fl = r.get("latency_ms", float("nan")), r.get("floor_ms", float("nan"))
-        print(f"  {r['path']:24s} R={r['R']:2d} O={r['O']}: {lat:.4f} ms (floor {fl:.4f} ms, x{lat / fl:.2f}) "
+        lfl = r.get("launch_floor_ms", float("nan"))
+        print(f"  {r['path']:24s} R={r['R']:2d} O={r['O']}: {lat:.4f} ms (floor {fl:.4f} ms, x{lat / fl:.2f}; "
+              f"launch floor {lfl:.4f} ms, x{lat / lfl:.2f}) "
               f"err {r.get('max_abs_err', float('nan')):.2e}")
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 

@@ -9,39 +9,32 @@ then writes back. Per cell of the bench's workload (Qwen3.5-0.8B, W=512; R 4 / 1
 below is timed twice (artifact.timing.time_events), as the replay timer does (`flush`: zero 256 MB, then the
 timed replay) and with the flush's dirty lines written back before the timer starts (`clean`: zero 256 MB, read
 another 256 MB, then the timed replay); median of 100 replays:
-- `stream`: T launches of a Triton copy kernel, launch t moving step t's compulsory bytes (`onela_step_bytes`:
-  half read, half written); `stream1`: one launch moving all T steps' bytes;
+- `stream`: T launches of the streaming copy kernel, launch t moving step t's compulsory bytes (the onela path's
+  cost model, `onela_step_bytes`: half read, half written), the graph of artifact.launch_floor; `stream1`: one
+  launch moving all T steps' bytes;
 - `torch`: the same T copies by `Tensor.copy_`;
 - `empty`: T launches of a one-element kernel (what the launches alone cost);
 - `onela`: the path's default kernels on the bench's workload (gated against FP32 FullState first).
-`stream` is what a kernel that streams its bytes at copy speed, one launch per step, would take."""
+`stream` is what a kernel that streams its bytes at copy speed, one launch per step, would take. Each row also
+has `launch_floor_ms`: the same stream timed as the suites time it for their launch_floor_ms column
+(artifact.launch_floor.launch_floor_ms: the replay timer at the sweeps' default settings, sweeps.schema.TimerConf)."""
 import json
 import os
 import sys
 
 import torch
-import triton
-import triton.language as tl
 
+from artifact.launch_floor import ELEMENT_BYTES, StreamGraph, launch_floor_ms, plan_stream, step_bytes
 from artifact.measure import DEFAULT_TOLERANCE, max_abs_err, measure_ceilings, scramble_
 from artifact.reference import fullstate_decode
 from artifact.results import env_record
 from artifact.timing import capture_graph, record_each, time_events
 from artifact.workload import make_workload
-from kernels.onela import OneLAPath, onela_step_bytes
+from kernels.onela import OneLAPath
+from sweeps.schema import TimerConf
 from tools import no_argument_gpu_tool
 
 _FLUSH = 256 * 10 ** 6 // 4
-
-
-@triton.jit
-def _stream(src, dst, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
-    tl.store(dst + offs, tl.load(src + offs, mask=offs < n), mask=offs < n)
-
-
-def _copy(src, dst):
-    _stream[(triton.cdiv(src.numel(), 4096),)](src, dst, src.numel(), BLOCK=4096, num_warps=4)
 
 
 def _graph(fn):
@@ -69,35 +62,33 @@ def main(argv=None) -> int:
     bufs = tuple(torch.ones(_FLUSH, dtype=torch.int32, device="cuda") for _ in range(2))
     for R, O in ((4, 3), (4, 7), (16, 3), (16, 7)):
         wl = make_workload("qwen3_5_0_8b", R, 512, O - 1, lineage="beam", seed=0, device="cuda")
-        steps = [(r + w) // 8 for r, w in onela_step_bytes(wl)]     # int32 elements each way
-        pairs = [(torch.ones(n, dtype=torch.int32, device="cuda"), torch.empty(n, dtype=torch.int32, device="cuda"))
-                 for n in steps]
-        src, dst = torch.ones(sum(steps), dtype=torch.int32, device="cuda"), torch.empty(sum(steps), dtype=torch.int32,
-                                                                                          device="cuda")
-        tiny = torch.zeros(1, device="cuda")
         path = OneLAPath()
+        steps = step_bytes(path.cost(wl), wl.T)                      # per-step compulsory bytes, read + written
+        stream, stream1 = StreamGraph(plan_stream(steps)), StreamGraph(plan_stream([sum(steps)]))
+        tiny = torch.zeros(1, device="cuda")
         static = scramble_(wl.clone())
         path.prepare(static)
         g_onela, o = capture_graph(lambda: path.run(static), warmup=2)
         static.copy_(wl)
         g_onela.replay()
         err = max_abs_err(o, fullstate_decode(wl))
-        graphs = {"stream": _graph(lambda: [_copy(s, d) for s, d in pairs]), "stream1": _graph(lambda: _copy(src, dst)),
-                  "torch": _graph(lambda: [d.copy_(s) for s, d in pairs]),
+        graphs = {"stream": stream.graph, "stream1": stream1.graph,
+                  "torch": _graph(lambda: [d.copy_(s) for s, d in stream.copies]),
                   "empty": _graph(lambda: [tiny.add_(1) for _ in steps])}
         if err <= DEFAULT_TOLERANCE:
             graphs["onela"] = g_onela
-        nbytes = sum(8 * n for n in steps)
+        nbytes = 2 * ELEMENT_BYTES * sum(stream.plan.elements)      # what the launches move, read + written
         row = {"R": R, "O": O, "launches": len(steps), "compulsory_MB": nbytes / 1e6,
-               "floor_ms": nbytes / ceilings["copy_bytes_per_s"] * 1e3, "onela_max_abs_err": err}
+               "floor_ms": nbytes / ceilings["copy_bytes_per_s"] * 1e3, "onela_max_abs_err": err,
+               "launch_floor_ms": launch_floor_ms(steps, TimerConf.warmup_ms, TimerConf.rep_ms)}
         for name, g in graphs.items():
             for clean in (False, True):
                 row[f"{name}_{'clean' if clean else 'flush'}_ms"] = _median_ms(g.replay, clean, bufs)
         out["rows"].append(row)
         print(f"R={R:2d} O={O} {len(steps)} launches, {nbytes / 1e6:7.1f} MB, floor {row['floor_ms']:.4f} ms, onela "
-              f"err {err:.2e}; ms flush / clean: " + ", ".join(
+              f"err {err:.2e}, launch_floor_ms {row['launch_floor_ms']:.4f}; ms flush / clean: " + ", ".join(
                   f"{n} {row[f'{n}_flush_ms']:.4f} / {row[f'{n}_clean_ms']:.4f}" for n in graphs), flush=True)
-        del pairs, src, dst, graphs, g_onela, path, static
+        del stream, stream1, graphs, g_onela, path, static
     for name, obj in (("launch_floor.json", out), ("launch_floor_env.json", out["env"])):
         with open(os.path.join(os.environ.get("OUT", "."), name), "w") as f:
             json.dump(obj, f, indent=1)

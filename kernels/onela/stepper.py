@@ -131,12 +131,14 @@ def onela_step_bytes(wl) -> list[tuple[int, int]]:
 def onela_cost(wl) -> dict:
     """Compulsory bytes and FLOPs of the fused replay algorithm (not of this kernel's actual reads).
 
-    Bytes (`onela_step_bytes`): each step reads q, k, v, g, beta, parents, S_ctx once and every *distinct*
-    ancestral record its live beams replay, and writes o (input dtype), the new GTRs and its ancestry rows. FLOPs:
+    Bytes (`onela_step_bytes`, also given per step as `step_bytes`, read + written): each step reads q, k, v, g,
+    beta, parents, S_ctx once and every *distinct* ancestral record its live beams replay, and writes o (input
+    dtype), the new GTRs and its ancestry rows. FLOPs:
     the two S_ctx projections (2 x 2VK per beam and value head), per replayed record two K-dots and two V-axpys,
     and the final delta / o (about 6V).
     """
     geo, T, R, W = wl.geometry, wl.T, wl.R, wl.W
     per_beam_head = lambda t: 4 * geo.v * geo.k + t * (4 * geo.k + 4 * geo.v) + 6 * geo.v + 2 * geo.k  # noqa: E731
-    return {"compulsory_bytes": sum(r + w for r, w in onela_step_bytes(wl)),
+    steps = [r + w for r, w in onela_step_bytes(wl)]
+    return {"compulsory_bytes": sum(steps), "step_bytes": steps,
             "flops": sum(R * W * geo.hv * per_beam_head(t) for t in range(T)), "rate": "bf16_flop_per_s"}

@@ -3,7 +3,9 @@
 Per shape (cells arrive shape-major): ask every path whether it supports the shape (a reason is a recorded
 skip, before anything is built); if any path remains, build the workload and its FP32 FullState reference
 once, then for each remaining path run artifact.measure.check_and_time (correctness gate, then CUDA-graph
-timing on a GPU, artifact.timing.time_replay) and fill the floors from path.cost(wl). GPU memory is returned
+timing on a GPU, artifact.timing.time_replay) and fill the floors from path.cost(wl): floor_ms, and on a timed
+row launch_floor_ms (artifact.launch_floor, measured once per distinct per-step byte count in the process, after
+the path's memory is released). GPU memory is returned
 (gc + empty cache) between shapes, so every supports() memory check sees it free; between the paths of a shape
 only when a path runs out of memory, before its one retry.
 
@@ -15,11 +17,13 @@ leaves the context unusable stops the run instead of failing every later cell; a
 from __future__ import annotations
 
 import itertools
+import math
 import time
 from typing import Iterator
 
 import torch
 
+from artifact.launch_floor import launch_floor_ms, step_bytes
 from artifact.measure import (check_and_time, cuda_context_alive, floor_ms, free_device_memory, gate_note,
                               path_tolerance)
 from artifact.paths import get_path
@@ -29,6 +33,7 @@ from sweeps.context import RunContext, one_line
 
 BUILD = "(workload + FP32 reference)"        # wall-record labels of the per-shape work no path owns
 RELEASE = "(memory release between shapes)"
+LAUNCH_FLOOR = "(launch floor)"             # timing the streaming launches of launch_floor_ms
 SHAPE_FIELDS = ("geometry", "HK", "HV", "K", "V", "R", "W", "T", "prompt_len", "lineage", "seed")
 
 
@@ -102,7 +107,7 @@ def run_cell(cell: dict, wl, ref, ctx: RunContext, path=None) -> dict:
     allocates (state pools, a CUDA graph's private pool) is released when the call returns. (Path objects kept
     for a whole shape would hold every path's pools at the same time: big shapes would run out of memory and
     the next shapes' supports() would see the GPU nearly full.) `ctx` needs tolerance, warmup_ms, rep_ms,
-    time_it, ceilings and device."""
+    time_it, ceilings and device; a `charge` method, where it has one, books the launch floor's time apart."""
     fresh = path is None
     path = get_path(cell["path"]) if fresh else path
     # A framework whose kernel computes in lower precision declares its own, documented gate (its docstring
@@ -143,4 +148,29 @@ def run_cell(cell: dict, wl, ref, ctx: RunContext, path=None) -> dict:
         if ctx.ceilings:
             row["floor_ms"], row["floor_bound"] = floor_ms(cost["compulsory_bytes"], cost["flops"],
                                                            ctx.ceilings, cost["rate"])
+            path = res = None           # the path's pools go back before the launch floor allocates its buffers
+            _launch_floor(row, cost, wl, ctx)
     return row
+
+
+def _launch_floor(row: dict, cost: dict, wl, ctx) -> None:
+    """Fill launch_floor_ms of a timed row (a finite latency, on a GPU) from its cost model's per-step bytes, with
+    the cell's timer settings. A floor that cannot be measured leaves the column empty and says why in the
+    reason; the row keeps its latency. Out of memory gets one retry after the cached blocks are returned."""
+    if wl.device.type != "cuda" or not math.isfinite(row.get("latency_ms", math.nan)):
+        return
+    t0 = time.monotonic()
+    try:
+        steps = step_bytes(cost, wl.T)
+        try:
+            value = launch_floor_ms(steps, ctx.warmup_ms, ctx.rep_ms, wl.device)
+        except torch.cuda.OutOfMemoryError:
+            free_device_memory(wl.device)
+            value = launch_floor_ms(steps, ctx.warmup_ms, ctx.rep_ms, wl.device)
+        row["launch_floor_ms"] = value
+    except Exception as e:  # noqa: BLE001 - a floor that cannot be measured must not hide a measured latency
+        row["reason"] = one_line(f"{row['reason']} launch floor not measured: {type(e).__name__}: {e}".strip())
+    finally:
+        charge = getattr(ctx, "charge", None)
+        if charge is not None:
+            charge(LAUNCH_FLOOR, time.monotonic() - t0)
