@@ -201,11 +201,11 @@ def test_the_runner_fills_the_column_of_a_timed_gpu_row_from_the_cost_model(monk
     seen, charges = [], []
     monkeypatch.setattr(operator, "launch_floor_ms", lambda steps, w, r, dev: seen.append((steps, w, r)) or 0.04)
     gpu_wl = types.SimpleNamespace(device=torch.device("cuda", 0), T=3)
-    row = {"reason": "", "latency_ms": 0.05}
+    row = {"reason": "", "latency_ms": 0.05, "floor_ms": 0.01}
     operator._launch_floor(row, {"compulsory_bytes": 11}, gpu_wl, _ctx(charges))
     assert row["launch_floor_ms"] == 0.04 and seen == [([4, 4, 3], 10, 50)] and charges == [operator.LAUNCH_FLOOR]
     for wl, latency in ((gpu_wl, math.nan), (types.SimpleNamespace(device=torch.device("cpu"), T=3), 0.05)):
-        row = {"reason": "", "latency_ms": latency}                      # untimed, or on a CPU: left empty
+        row = {"reason": "", "latency_ms": latency, "floor_ms": 0.01}                    # untimed, or on a CPU: left empty
         operator._launch_floor(row, {"compulsory_bytes": 11}, wl, _ctx(charges))
         assert "launch_floor_ms" not in row
     assert len(seen) == 1
@@ -217,7 +217,7 @@ def test_a_floor_that_cannot_be_measured_leaves_the_column_empty_and_says_why(mo
     def boom(*a):
         raise RuntimeError("no stream today")
     monkeypatch.setattr(operator, "launch_floor_ms", boom)
-    row = {"reason": "a note", "latency_ms": 0.05}
+    row = {"reason": "a note", "latency_ms": 0.05, "floor_ms": 0.01}
     operator._launch_floor(row, {"compulsory_bytes": 11}, types.SimpleNamespace(device=torch.device("cuda"), T=3),
                            _ctx([]))
     assert "launch_floor_ms" not in row
@@ -337,3 +337,21 @@ def test_gpu_onela_at_a_small_cell_is_not_below_its_launch_floor(ceilings):
     assert row["status"] == "ok", row
     assert row["floor_ms"] > 0 and row["launch_floor_ms"] > 0
     assert row["latency_ms"] >= 0.9 * row["launch_floor_ms"], row
+
+
+def test_launch_floor_is_measured_only_under_the_floor_bound(monkeypatch):
+    """Cells whose bandwidth floor exceeds LAUNCH_FLOOR_MAX_FLOOR_MS keep the column empty, unmeasured; cells
+    under it are measured with the cell's timer settings."""
+    import types
+    from sweeps.suites import operator as op
+    calls = []
+    monkeypatch.setattr(op, "launch_floor_ms", lambda steps, w, r, dev: calls.append(steps) or 0.123)
+    wl = types.SimpleNamespace(device=torch.device("cuda"), T=2)
+    ctx = types.SimpleNamespace(warmup_ms=10, rep_ms=50)
+    cost = {"compulsory_bytes": 4000, "step_bytes": [1000, 3000]}
+    big = {"latency_ms": 9.0, "floor_ms": op.LAUNCH_FLOOR_MAX_FLOOR_MS * 1.01, "reason": ""}
+    op._launch_floor(big, cost, wl, ctx)
+    assert "launch_floor_ms" not in big and calls == []
+    small = {"latency_ms": 0.2, "floor_ms": 0.1, "reason": ""}
+    op._launch_floor(small, cost, wl, ctx)
+    assert small["launch_floor_ms"] == 0.123 and calls == [[1000, 3000]]

@@ -34,6 +34,10 @@ from sweeps.context import RunContext, one_line
 BUILD = "(workload + FP32 reference)"        # wall-record labels of the per-shape work no path owns
 RELEASE = "(memory release between shapes)"
 LAUNCH_FLOOR = "(launch floor)"             # timing the streaming launches of launch_floor_ms
+# Above this bandwidth floor a step streams for >= 5 ms / MAX_STEPS (32), about 0.16 ms, against a few
+# microseconds of launch ramp and drain: T launches add < 2 % to floor_ms, so the column stays empty there
+# rather than spending seconds of copies per cell on a number that equals floor_ms within that bound.
+LAUNCH_FLOOR_MAX_FLOOR_MS = 5.0
 SHAPE_FIELDS = ("geometry", "HK", "HV", "K", "V", "R", "W", "T", "prompt_len", "lineage", "seed")
 
 
@@ -154,10 +158,12 @@ def run_cell(cell: dict, wl, ref, ctx: RunContext, path=None) -> dict:
 
 
 def _launch_floor(row: dict, cost: dict, wl, ctx) -> None:
-    """Fill launch_floor_ms of a timed row (a finite latency, on a GPU) from its cost model's per-step bytes, with
-    the cell's timer settings. A floor that cannot be measured leaves the column empty and says why in the
+    """Fill launch_floor_ms of a timed row (a finite latency, on a GPU, floor_ms <= LAUNCH_FLOOR_MAX_FLOOR_MS) from
+    its cost model's per-step bytes, with the cell's timer settings. A floor that cannot be measured leaves the column empty and says why in the
     reason; the row keeps its latency. Out of memory gets one retry after the cached blocks are returned."""
     if wl.device.type != "cuda" or not math.isfinite(row.get("latency_ms", math.nan)):
+        return
+    if not row.get("floor_ms", math.inf) <= LAUNCH_FLOOR_MAX_FLOOR_MS:
         return
     t0 = time.monotonic()
     try:
