@@ -551,38 +551,82 @@ def test_fig6_table_reports_speedups_and_targets():
 
 @pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
                     reason="torch.compile on a CPU needs a C++ compiler (g++ / c++ not found)")
-def test_conv_gathers_ancestral_inputs_inside_the_compiled_conv():
-    """Ancestry-mode conv history hands (store slice, index) pairs to conv_gates, which gathers them as it
-    reads. Compiled (fullgraph, on CPU here; what the Fig 6 runner does on a GPU) and eager give the conv of
-    the explicitly gathered windows, at every history structure a decode meets (t = 0..P+1)."""
-    from artifact.model.beam_state import BeamTree, ConvHistory, gather_beams
+def test_conv_windows_of_both_modes_follow_the_lineage():
+    """ConvHistory + conv_gates, eager and compiled (fullgraph, on CPU here; what the Fig 6 runner does on a GPU),
+    in both beam-state modes over more steps than the window, with parents that duplicate, drop and reorder
+    beams: every beam's window equals its lineage's last P inputs (kept here independently, as Python lists per
+    beam), bit for bit in both modes; the conv and the gates equal layers' on the explicit window; copy mode's kept
+    tensors are the child's own materialised window (fresh, contiguous, [parent's P - 1 newest, x]); and the
+    compiled pass is one fused kernel besides the gates' (Inductor's CPU code, a proxy of the GPU launch count)."""
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+
+    from artifact.model.beam_state import BeamTree, ConvHistory, window
     from artifact.model.blocks import conv_gates
-    from artifact.model.layers import causal_conv_step, gdn_gates
+    from artifact.model.layers import causal_conv_step
     torch.manual_seed(0)
-    R, W, T, C, HV, width = 2, 5, 5, 12, 3, 4
-    tree = BeamTree("ancestry", R, W, T, "cpu")
-    conv = ConvHistory(tree, C, width, torch.bfloat16, "cpu")
-    conv.prompt_tail.copy_(torch.randn(R, width - 1, C))
+    R, W, T, C, HV, width = 2, 5, 6, 12, 3, 4
+    P = width - 1
+    tail = torch.randn(R, P, C).to(torch.bfloat16)
     w = torch.randn(C, width)
     A_log, dt_bias = torch.rand(HV), torch.ones(HV)
-    compiled = torch.compile(conv_gates, fullgraph=True, dynamic=False)
+    gen = torch.Generator().manual_seed(1)
+    steps = []
     for t in range(T):
+        parents = torch.randint(0, W, (R, W), generator=gen, dtype=torch.int32) if t else torch.zeros(R, W,
+                                                                                                      dtype=torch.int32)
+        proj = torch.randn(R, W, C + 4 + 2 * HV, generator=gen).to(torch.bfloat16)    # qkv | z | b | a
+        steps.append((parents, proj[..., :C], proj[..., C + 4:]))
+    ps = torch.stack([p for p, _, _ in steps[1:]])
+    assert (ps != torch.arange(W, dtype=ps.dtype)).any() and any(len(set(r.tolist())) < W for r in ps.reshape(-1, W))
+    # the lineage: seq[r][b] = beam b's inputs, oldest first, starting with the prompt tail
+    seq = [[list(tail[r].unbind(0)) for _ in range(W)] for r in range(R)]
+    want_win = []
+    for t, (parents, x, _) in enumerate(steps):
         if t:
-            tree.parents.copy_(torch.randint(0, W, (R, W), dtype=torch.int32))
-            tree.advance(t)
-        x = torch.randn(R, W, C).to(torch.bfloat16)
-        a, b = torch.randn(R, W, HV), torch.randn(R, W, HV)
-        hist = conv.history(t, x)
-        assert sum(isinstance(h, tuple) for h in hist) == min(t, width - 1)
-        explicit = [gather_beams(*h) if isinstance(h, tuple) else h for h in hist]
-        want = causal_conv_step(explicit, x, w)
-        g_want, beta_want = gdn_gates(a, b, A_log, dt_bias)
-        for fn in (conv_gates, compiled):
-            mixed, g, beta = fn(x, hist, w, a, b, A_log, dt_bias)      # fresh outputs (none mutated: blocks.py)
-            assert mixed.dtype == x.dtype and g.is_contiguous() and beta.is_contiguous()
-            torch.testing.assert_close(mixed.float(), want.float(), atol=1e-2, rtol=0)
-            torch.testing.assert_close(g, g_want)
-            torch.testing.assert_close(beta, beta_want)
+            seq = [[seq[r][int(parents[r, b])] + [steps[t - 1][1][r, int(parents[r, b])]] for b in range(W)]
+                   for r in range(R)]
+        want_win.append([torch.stack([torch.stack(seq[r][b][-P:]) for b in range(W)]) for r in range(R)])
+    compiled = torch.compile(conv_gates, fullgraph=True, dynamic=False, options={"assert_indirect_indexing": False})
+    got_mixed = {}
+    for mode in ("ancestry", "copy"):
+        for name, fn in (("eager", conv_gates), ("compiled", compiled)):
+            tree = BeamTree(mode, R, W, T, "cpu")
+            conv = ConvHistory(tree, C, width, torch.bfloat16, "cpu")
+            conv.prompt_tail.copy_(tail)
+            assert conv.carry == (0 if mode == "ancestry" else P - 1)
+            for t, (parents, x, ba) in enumerate(steps):
+                tree.parents.copy_(parents)
+                tree.advance(t)
+                hist = conv.history(t)
+                win = torch.stack([window(h) for h in hist], dim=2)                        # [R, W, P, C]
+                assert torch.equal(win, torch.stack(want_win[t])), (mode, name, t)
+                mixed, (beta, g), kept = fn(x, hist, conv.carry, w, ba, A_log, dt_bias)
+                conv.keep(t, kept)
+                explicit = list(torch.stack(want_win[t]).unbind(2))
+                torch.testing.assert_close(mixed.float(), causal_conv_step(explicit, x, w).float(), atol=1e-2, rtol=0)
+                assert g.is_contiguous() and beta.is_contiguous()              # ba = [b | a]
+                torch.testing.assert_close(g, -torch.exp(A_log) * torch.nn.functional.softplus(ba[..., HV:].float() + 1))
+                torch.testing.assert_close(beta, torch.sigmoid(ba[..., :HV].float()))
+                assert len(kept) == conv.carry + 1 and all(k.is_contiguous() for k in kept)
+                assert torch.equal(kept[-1], x) and kept[-1].data_ptr() != x.data_ptr()
+                if mode == "copy":                   # the child's own window, for the next step's fork
+                    assert torch.equal(torch.stack(kept, dim=2), torch.cat([win[:, :, 1:], x[:, :, None]], dim=2))
+                got_mixed[mode, name, t] = mixed
+            if mode == "copy":
+                assert len({k.data_ptr() for k in conv.window}) == P
+    for key, mixed in got_mixed.items():
+        assert torch.equal(mixed, got_mixed[("ancestry",) + key[1:]]), key
+    # the compiled pass: one kernel for the conv and every window store (plus the gates'), no gather of its own
+    tree = BeamTree("copy", R, W, T, "cpu")
+    conv = ConvHistory(tree, C, width, torch.bfloat16, "cpu")
+    conv.keep(0, [torch.randn(R, W, C).to(torch.bfloat16) for _ in range(P)])
+    _, codes = run_and_get_code(torch.compile(conv_gates, fullgraph=True, dynamic=False),
+                                steps[1][1], conv.history(1), conv.carry, w, steps[1][2], A_log, dt_bias)
+    code = "\n".join(codes)
+    assert 1 <= len(re.findall(r"^cpp_fused_\w+ = async_compile", code, re.M)) <= 2, code
+    assert not re.search(r"extern_kernels\.\w+\(|torch\.ops\.aten\.", code), code
 
 
 @pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
