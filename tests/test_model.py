@@ -355,35 +355,88 @@ def test_profile_writes_a_per_kernel_table(tmp_path):
 
 
 def test_full_model_floor_is_model_part_plus_each_gdn_layers_path_cost():
-    """floor_ms of a full-model cell: weights once per call, logits, prompt + decode K/V, 2 N FLOPs per matrix
-    element, attention; plus the path's own cost() once per GDN layer, each part at its own rate."""
-    from artifact.model.cost import decode_floor, model_part
+    """floor_ms of a full-model cell: weights once per call, logits, prompt + decode K/V, the activations in the
+    path's beam-state mode, 2 N FLOPs per matrix element, attention; plus the path's own cost() once per GDN
+    layer, each part at its own rate."""
+    from artifact.model.cost import activation_bytes, decode_floor, model_part
     from artifact.paths import get_path
     from artifact.reference import fullstate_cost
     m = HybridModel.random(TINY, seed=0)                           # bf16
     R, W, T, L, N = 2, 4, 3, 9, 8
     parents = torch.randint(0, W, (T, R, W), generator=torch.Generator().manual_seed(0))
-    nb, nf = model_part(m, R, W, T, L)
     mats = [t for layer in m.layers for t in layer.values() if t.dim() >= 2] + [m.lm_head]
     weights = sum(t.numel() * t.element_size() for layer in m.layers for t in layer.values()) \
         + m.lm_head.numel() * 2 + m.final_norm.numel() * 4
     kv = 2 * TINY.num_key_value_heads * TINY.head_dim * 2
     n_attn = len(TINY.attn_layers)
-    assert nb == sum(weights + N * TINY.vocab_size * 2 + n_attn * (R * L + N * (t + 1)) * kv for t in range(T))
-    assert nf == sum(2 * N * sum(t.numel() for t in mats)
-                     + n_attn * 4 * N * TINY.num_attention_heads * TINY.head_dim * (L + t + 1) for t in range(T))
+    for mode in ("ancestry", "copy"):
+        nb, nf = model_part(m, R, W, T, L, mode)
+        acts = sum(activation_bytes(TINY, R, W, T, 2, mode).values())
+        assert nb == acts + sum(weights + N * TINY.vocab_size * 2 + n_attn * (R * L + N * (t + 1)) * kv
+                                for t in range(T))
+        assert nf == sum(2 * N * sum(t.numel() for t in mats)
+                         + n_attn * 4 * N * TINY.num_attention_heads * TINY.head_dim * (L + t + 1) for t in range(T))
     ceil = {"copy_bytes_per_s": 1e12, "bf16_flop_per_s": 1e15, "tf32_flop_per_s": 1e14, "fp32_flop_per_s": 1e13}
     wl = SimpleNamespace(geometry=TINY.geometry, R=R, W=W, T=T, parents=parents, q=torch.empty(0, dtype=m.dtype))
     rec = fullstate_cost(wl)
     d = decode_floor(m, get_path("controlled_fullstate"), R, W, T, L, parents, ceil)
     n_gdn = len(TINY.gdn_layers)
-    assert d["compulsory_bytes"] == nb + n_gdn * rec["compulsory_bytes"]
+    assert d["compulsory_bytes"] == nb + n_gdn * rec["compulsory_bytes"]            # nb: copy mode
     t_mem = d["compulsory_bytes"] / 1e12 * 1e3
     t_flop = (nf / 1e15 + n_gdn * rec["flops"] / 1e13) * 1e3
     assert d["floor_ms"] == pytest.approx(max(t_mem, t_flop))
     onela = decode_floor(m, get_path("onela"), R, W, T, L, parents, ceil)
     assert onela["compulsory_bytes"] < d["compulsory_bytes"]        # no per-beam states
+    assert onela["compulsory_bytes"] - model_part(m, R, W, T, L, "ancestry")[0] == \
+        n_gdn * get_path("onela").cost(wl)["compulsory_bytes"]
     assert decode_floor(m, get_path("reference_replay"), R, W, T, L, parents, ceil) == {}   # no cost(): none
+
+
+@pytest.mark.parametrize("mode", ["ancestry", "copy"])
+def test_activation_bytes_are_each_passs_inputs_and_outputs_once(mode):
+    """The floor's activations, tensor by tensor (artifact.model.cost module docstring): each pass of a decode
+    call reads its inputs and writes its outputs once; the conv windows and decode KV as the mode keeps them
+    (beam_state); the stepper's q, k, v, g, beta and o are its cost()'s, not here."""
+    from artifact.model.cost import activation_bytes
+    c = TINY
+    R, W, T, e = 2, 3, 5, 2
+    N, H, I, C, Vd, HV = R * W, c.hidden_size, c.intermediate_size, c.conv_dim, c.value_dim, c.linear_num_value_heads
+    P, heads = c.linear_conv_kernel_dim - 1, c.num_attention_heads
+    nq, nkv = heads * c.head_dim, c.num_key_value_heads * c.head_dim
+    Lyr, G, A = len(c.layer_types), len(c.gdn_layers), len(c.attn_layers)
+    want = {k: 0 for k in ("embed", "norms", "mlp", "lm_head", "gdn_proj", "gdn_conv", "gdn_norm", "attn_proj",
+                           "attn_qk_norm_rope", "kv_state", "attn_prompt", "attn_decode_kv")}
+    for t in range(T):
+        x = N * H * e                                                  # one residual-stream-sized activation
+        want["embed"] += x                                             # token embeddings out
+        want["norms"] += (2 * x                                        # layer 0: x in, normed out
+                          + (Lyr - 1) * 4 * x                          # x, MLP out in; x + y, normed out
+                          + Lyr * 4 * x                                # x, mixer out in; x + y, normed out
+                          + 3 * x)                                     # final: x, MLP out in; hidden out
+        want["mlp"] += Lyr * (x + N * 2 * I * e                        # gate_up: normed in, [gate | up] out
+                              + N * 2 * I * e + N * I * e              # silu * up
+                              + N * I * e + x)                         # down
+        want["lm_head"] += x                                           # hidden in
+        want["gdn_proj"] += G * (x + N * (C + Vd + 2 * HV) * e         # in_proj
+                                 + N * Vd * e + x)                     # out_proj
+        entry_rows = [R if (s < 0 if mode == "ancestry" else t == 0) else N for s in range(t - P, t)]
+        want["gdn_conv"] += G * (N * C * e + N * 2 * HV * e            # q|k|v, [b | a] in
+                                 + N * C * e + 2 * N * HV * 4          # conv out, gates out (fp32)
+                                 + sum(entry_rows) * C * e             # each beam's window in
+                                 + (1 if mode == "ancestry" else P) * N * C * e)   # slot / child's window out
+        want["gdn_norm"] += G * 3 * N * Vd * e                         # o, z in; normed out
+        want["attn_proj"] += A * (x + N * (2 * nq + 2 * nkv) * e       # qkv_proj
+                                  + 3 * N * nq * e                     # output gate: o, gate in; gated out
+                                  + N * nq * e + x)                    # o_proj
+        want["attn_qk_norm_rope"] += A * 2 * N * (nq + nkv) * e
+        want["kv_state"] += A * (2 * N * 2 * nkv * e                   # the step's k, v in and stored
+                                 + (2 * N * t * 2 * nkv * e if mode == "copy" else 0))   # the fork
+        want["attn_prompt"] += A * (2 * N * nq * e + N * heads * 4)    # q in; o_p, lse out
+        want["attn_decode_kv"] += A * (3 * N * nq * e + N * heads * 4)  # o_p, q, lse in; o out
+    got = activation_bytes(c, R, W, T, e, mode)
+    assert dict(got) == want
+    with pytest.raises(ValueError, match="beam-state mode"):
+        activation_bytes(c, R, W, T, e, "paged")
 
 
 def test_full_model_rows_carry_their_floor():
@@ -487,21 +540,25 @@ def test_gpu_graph_replay_equals_eager_and_passes_the_gate(path):
 
 
 @pytest.mark.gpu
-def test_gpu_compiled_pipeline_matches_eager():
-    """torch.compile'd non-recurrent ops (what the Fig 6 runner uses on a GPU), captured in graphs: same
-    decode as the eager ops on the same beams, and the gate passes."""
+@pytest.mark.parametrize("path", ["onela", "controlled_fullstate"])
+def test_gpu_compiled_pipeline_matches_eager(path):
+    """torch.compile'd non-recurrent ops (what the Fig 6 runner uses on a GPU), captured in graphs, in both
+    beam-state modes (the conv windows are the graphs' own outputs, read by the next call's graph): same decode
+    as the eager ops on the same beams over more calls than the conv window, and the gate passes."""
     from artifact.model.graphs import capture
     m = _small_qwen()
+    T_ = m.cfg.linear_conv_kernel_dim + 1
     ps = prefill(m, random_prompts(2, 300, m.cfg.vocab_size, seed=1, device="cuda"))
-    eager_dec = BeamDecoder(m, "onela", 2, 16, 3, 300)
+    eager_dec = BeamDecoder(m, path, 2, 16, T_, 300)
     eager_dec.load_prompt(ps)
     eager = eager_dec.run()
-    d = BeamDecoder(m, "onela", 2, 16, 3, 300, compile=True)
+    d = BeamDecoder(m, path, 2, 16, T_, 300, compile=True)
     d.load_prompt(ps)
     capture(d)
-    got = d.run(use_graphs=True, forced=eager)
-    assert (got.hidden.float() - eager.hidden.float()).abs().max() < 0.05 * eager.hidden.float().abs().max()
-    assert stepper_max_abs_err(d, got) < DEFAULT_TOLERANCE
+    for _ in range(2):                          # a second search replays over the first one's buffers
+        got = d.run(use_graphs=True, forced=eager)
+        assert (got.hidden.float() - eager.hidden.float()).abs().max() < 0.05 * eager.hidden.float().abs().max()
+        assert stepper_max_abs_err(d, got) < DEFAULT_TOLERANCE
 
 
 @pytest.mark.gpu

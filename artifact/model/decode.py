@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from artifact.model.attention import select_prompt_attention, shared_prefix_attention
 from artifact.model.beam import BeamResult, first_beams, forced_scores, select_beams
-from artifact.model.beam_state import BeamTree, ConvHistory, KvHistory
+from artifact.model.beam_state import BeamTree, ConvHistory, KvHistory, beam_state_mode
 from artifact.model.blocks import DecodeOps
 from artifact.model.layers import rotary_cos_sin
 from artifact.model.network import HybridModel
@@ -34,15 +34,8 @@ from artifact.model.prefill import PromptState
 from artifact.model.regions import CALL, region
 from artifact.paths import make_stepper
 
-# Paths whose conv / attention decode state follows the beam tree through ancestry (no copies); every other
-# path keeps per-beam copies, as a serving framework does.
-ANCESTRY_PATHS = frozenset({"onela", "reference_replay"})
 # Paths whose steppers start from the prompt-block checkpoint plus the prompt tail (vLLM align-mode caching).
 PROMPT_TAIL_PATHS = frozenset({"vllm_prefix_replay"})
-
-
-def beam_state_mode(path: str) -> str:
-    return "ancestry" if path in ANCESTRY_PATHS else "copy"
 
 
 class BeamDecoder:
