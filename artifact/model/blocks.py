@@ -9,8 +9,8 @@ part of the model from being slower than a real serving stack's.
 
 The functions are cut so that each element-wise stretch between two GEMMs is one pass: a block returns its
 residual stream and its MLP output unsummed, and the next block's input norm (or the final norm) adds them in
-its own pass; the conv's pass also writes the conv windows' upkeep (artifact.model.beam_state) and the gates
-are one pass over [b | a].
+its own pass; the conv's pass also writes the conv windows' upkeep (artifact.model.beam_state), the gates are
+one pass over [b | a], and the q / k norm and rotary pass writes q in the layout the prompt attention reads.
 """
 from __future__ import annotations
 
@@ -54,8 +54,13 @@ def gdn_post(o, z, norm_w, x, out_w, ln2, gate_up, down, eps: float):
 
 
 def attn_pre(q, k, q_norm, k_norm, cos, sin, eps: float):
-    """Attention: zero-centred q/k norms per head, then partial rotary."""
-    return (apply_rotary(rms_norm(q, q_norm, eps), cos, sin), apply_rotary(rms_norm(k, k_norm, eps), cos, sin))
+    """Attention: zero-centred q/k norms per head, then partial rotary. q [R, W, nq, D] comes back prompt-major,
+    [R, Hkv, W G, D] contiguous -- each KV head's W x G queries as one block, the layout the prompt part reads
+    (attention.shared_prefix_attention takes its [R, W, Hkv, G, D] view, no copy); k [R, W, Hkv, D] as it came."""
+    R, W, nq, D = q.shape
+    hkv = k.shape[-2]
+    q = apply_rotary(rms_norm(q, q_norm, eps), cos, sin).unflatten(2, (hkv, nq // hkv))
+    return q.permute(0, 2, 1, 3, 4).reshape(R, hkv, W * (nq // hkv), D), apply_rotary(rms_norm(k, k_norm, eps), cos, sin)
 
 
 def attn_post(o, gate, x, o_w, ln2, gate_up, down, eps: float):

@@ -165,7 +165,8 @@ class BeamDecoder:
             q, k = ops.attn_pre(q, k, layer["q_norm"], layer["k_norm"], self.cos[t], self.sin[t], cfg.rms_norm_eps)
         with region("kv_state"):
             k_own, v_own = self.kv[i].step(t, k, v)
-        o = shared_prefix_attention(self.attn_impl, q, self.prompt["k_prompt"][i], self.prompt["v_prompt"][i],
+        qg = q.unflatten(2, (self.W, -1)).permute(0, 2, 1, 3, 4)            # prompt-major q as [R, W, Hkv, G, D]
+        o = shared_prefix_attention(self.attn_impl, qg, self.prompt["k_prompt"][i], self.prompt["v_prompt"][i],
                                     k_own, v_own, cfg.head_dim ** -0.5, merge=ops.merge_own_kv)
         with region("attn_post"):
             return ops.attn_post(o, gate, x, layer["o_proj"], layer["ln2"], layer["gate_up"], layer["down"],
