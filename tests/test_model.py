@@ -664,7 +664,8 @@ def test_conv_windows_of_both_modes_follow_the_lineage():
                 explicit = list(torch.stack(want_win[t]).unbind(2))
                 torch.testing.assert_close(mixed.float(), causal_conv_step(explicit, x, w).float(), atol=1e-2, rtol=0)
                 assert g.is_contiguous() and beta.is_contiguous()              # ba = [b | a]
-                torch.testing.assert_close(g, -torch.exp(A_log) * torch.nn.functional.softplus(ba[..., HV:].float() + 1))
+                softplus = torch.nn.functional.softplus
+                torch.testing.assert_close(g, -torch.exp(A_log) * softplus(ba[..., HV:].float() + 1))
                 torch.testing.assert_close(beta, torch.sigmoid(ba[..., :HV].float()))
                 assert len(kept) == conv.carry + 1 and all(k.is_contiguous() for k in kept)
                 assert torch.equal(kept[-1], x) and kept[-1].data_ptr() != x.data_ptr()

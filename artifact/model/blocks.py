@@ -60,7 +60,8 @@ def attn_pre(q, k, q_norm, k_norm, cos, sin, eps: float):
     R, W, nq, D = q.shape
     hkv = k.shape[-2]
     q = apply_rotary(rms_norm(q, q_norm, eps), cos, sin).unflatten(2, (hkv, nq // hkv))
-    return q.permute(0, 2, 1, 3, 4).reshape(R, hkv, W * (nq // hkv), D), apply_rotary(rms_norm(k, k_norm, eps), cos, sin)
+    k = apply_rotary(rms_norm(k, k_norm, eps), cos, sin)
+    return q.permute(0, 2, 1, 3, 4).reshape(R, hkv, W * (nq // hkv), D), k
 
 
 def attn_post(o, gate, x, o_w, ln2, gate_up, down, eps: float):

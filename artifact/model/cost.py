@@ -65,7 +65,7 @@ def activation_bytes(cfg, R: int, W: int, T: int, elem: int, mode: str) -> Count
         raise ValueError(f"unknown beam-state mode {mode!r}; known: {MODES}")
     N, H, I = R * W, cfg.hidden_size, cfg.intermediate_size
     C, Vd, HV, P = cfg.conv_dim, cfg.value_dim, cfg.linear_num_value_heads, cfg.linear_conv_kernel_dim - 1
-    nq, nkv, d = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim, cfg.head_dim
+    nq, nkv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
     n_layers, n_gdn, n_attn = len(cfg.layer_types), len(cfg.gdn_layers), len(cfg.attn_layers)
     out = Counter()
     for t in range(T):
