@@ -372,35 +372,88 @@ def test_profile_writes_a_per_kernel_table(tmp_path):
 
 
 def test_full_model_floor_is_model_part_plus_each_gdn_layers_path_cost():
-    """floor_ms of a full-model cell: weights once per call, logits, prompt + decode K/V, 2 N FLOPs per matrix
-    element, attention; plus the path's own cost() once per GDN layer, each part at its own rate."""
-    from artifact.model.cost import decode_floor, model_part
+    """floor_ms of a full-model cell: weights once per call, logits, prompt + decode K/V, the activations in the
+    path's beam-state mode, 2 N FLOPs per matrix element, attention; plus the path's own cost() once per GDN
+    layer, each part at its own rate."""
+    from artifact.model.cost import activation_bytes, decode_floor, model_part
     from artifact.paths import get_path
     from artifact.reference import fullstate_cost
     m = HybridModel.random(TINY, seed=0)                           # bf16
     R, W, T, L, N = 2, 4, 3, 9, 8
     parents = torch.randint(0, W, (T, R, W), generator=torch.Generator().manual_seed(0))
-    nb, nf = model_part(m, R, W, T, L)
     mats = [t for layer in m.layers for t in layer.values() if t.dim() >= 2] + [m.lm_head]
     weights = sum(t.numel() * t.element_size() for layer in m.layers for t in layer.values()) \
         + m.lm_head.numel() * 2 + m.final_norm.numel() * 4
     kv = 2 * TINY.num_key_value_heads * TINY.head_dim * 2
     n_attn = len(TINY.attn_layers)
-    assert nb == sum(weights + N * TINY.vocab_size * 2 + n_attn * (R * L + N * (t + 1)) * kv for t in range(T))
-    assert nf == sum(2 * N * sum(t.numel() for t in mats)
-                     + n_attn * 4 * N * TINY.num_attention_heads * TINY.head_dim * (L + t + 1) for t in range(T))
+    for mode in ("ancestry", "copy"):
+        nb, nf = model_part(m, R, W, T, L, mode)
+        acts = sum(activation_bytes(TINY, R, W, T, 2, mode).values())
+        assert nb == acts + sum(weights + N * TINY.vocab_size * 2 + n_attn * (R * L + N * (t + 1)) * kv
+                                for t in range(T))
+        assert nf == sum(2 * N * sum(t.numel() for t in mats)
+                         + n_attn * 4 * N * TINY.num_attention_heads * TINY.head_dim * (L + t + 1) for t in range(T))
     ceil = {"copy_bytes_per_s": 1e12, "bf16_flop_per_s": 1e15, "tf32_flop_per_s": 1e14, "fp32_flop_per_s": 1e13}
     wl = SimpleNamespace(geometry=TINY.geometry, R=R, W=W, T=T, parents=parents, q=torch.empty(0, dtype=m.dtype))
     rec = fullstate_cost(wl)
     d = decode_floor(m, get_path("controlled_fullstate"), R, W, T, L, parents, ceil)
     n_gdn = len(TINY.gdn_layers)
-    assert d["compulsory_bytes"] == nb + n_gdn * rec["compulsory_bytes"]
+    assert d["compulsory_bytes"] == nb + n_gdn * rec["compulsory_bytes"]            # nb: copy mode
     t_mem = d["compulsory_bytes"] / 1e12 * 1e3
     t_flop = (nf / 1e15 + n_gdn * rec["flops"] / 1e13) * 1e3
     assert d["floor_ms"] == pytest.approx(max(t_mem, t_flop))
     onela = decode_floor(m, get_path("onela"), R, W, T, L, parents, ceil)
     assert onela["compulsory_bytes"] < d["compulsory_bytes"]        # no per-beam states
+    assert onela["compulsory_bytes"] - model_part(m, R, W, T, L, "ancestry")[0] == \
+        n_gdn * get_path("onela").cost(wl)["compulsory_bytes"]
     assert decode_floor(m, get_path("reference_replay"), R, W, T, L, parents, ceil) == {}   # no cost(): none
+
+
+@pytest.mark.parametrize("mode", ["ancestry", "copy"])
+def test_activation_bytes_are_each_passs_inputs_and_outputs_once(mode):
+    """The floor's activations, tensor by tensor (artifact.model.cost module docstring): each pass of a decode
+    call reads its inputs and writes its outputs once; the conv windows and decode KV as the mode keeps them
+    (beam_state); the stepper's q, k, v, g, beta and o are its cost()'s, not here."""
+    from artifact.model.cost import activation_bytes
+    c = TINY
+    R, W, T, e = 2, 3, 5, 2
+    N, H, I, C, Vd, HV = R * W, c.hidden_size, c.intermediate_size, c.conv_dim, c.value_dim, c.linear_num_value_heads
+    P, heads = c.linear_conv_kernel_dim - 1, c.num_attention_heads
+    nq, nkv = heads * c.head_dim, c.num_key_value_heads * c.head_dim
+    Lyr, G, A = len(c.layer_types), len(c.gdn_layers), len(c.attn_layers)
+    want = {k: 0 for k in ("embed", "norms", "mlp", "lm_head", "gdn_proj", "gdn_conv", "gdn_norm", "attn_proj",
+                           "attn_qk_norm_rope", "kv_state", "attn_prompt", "attn_decode_kv")}
+    for t in range(T):
+        x = N * H * e                                                  # one residual-stream-sized activation
+        want["embed"] += x                                             # token embeddings out
+        want["norms"] += (2 * x                                        # layer 0: x in, normed out
+                          + (Lyr - 1) * 4 * x                          # x, MLP out in; x + y, normed out
+                          + Lyr * 4 * x                                # x, mixer out in; x + y, normed out
+                          + 3 * x)                                     # final: x, MLP out in; hidden out
+        want["mlp"] += Lyr * (x + N * 2 * I * e                        # gate_up: normed in, [gate | up] out
+                              + N * 2 * I * e + N * I * e              # silu * up
+                              + N * I * e + x)                         # down
+        want["lm_head"] += x                                           # hidden in
+        want["gdn_proj"] += G * (x + N * (C + Vd + 2 * HV) * e         # in_proj
+                                 + N * Vd * e + x)                     # out_proj
+        entry_rows = [R if (s < 0 if mode == "ancestry" else t == 0) else N for s in range(t - P, t)]
+        want["gdn_conv"] += G * (N * C * e + N * 2 * HV * e            # q|k|v, [b | a] in
+                                 + N * C * e + 2 * N * HV * 4          # conv out, gates out (fp32)
+                                 + sum(entry_rows) * C * e             # each beam's window in
+                                 + (1 if mode == "ancestry" else P) * N * C * e)   # slot / child's window out
+        want["gdn_norm"] += G * 3 * N * Vd * e                         # o, z in; normed out
+        want["attn_proj"] += A * (x + N * (2 * nq + 2 * nkv) * e       # qkv_proj
+                                  + 3 * N * nq * e                     # output gate: o, gate in; gated out
+                                  + N * nq * e + x)                    # o_proj
+        want["attn_qk_norm_rope"] += A * 2 * N * (nq + nkv) * e
+        want["kv_state"] += A * (2 * N * 2 * nkv * e                   # the step's k, v in and stored
+                                 + (2 * N * t * 2 * nkv * e if mode == "copy" else 0))   # the fork
+        want["attn_prompt"] += A * (2 * N * nq * e + N * heads * 4)    # q in; o_p, lse out
+        want["attn_decode_kv"] += A * (3 * N * nq * e + N * heads * 4)  # o_p, q, lse in; o out
+    got = activation_bytes(c, R, W, T, e, mode)
+    assert dict(got) == want
+    with pytest.raises(ValueError, match="beam-state mode"):
+        activation_bytes(c, R, W, T, e, "paged")
 
 
 def test_full_model_rows_carry_their_floor():
@@ -504,21 +557,25 @@ def test_gpu_graph_replay_equals_eager_and_passes_the_gate(path):
 
 
 @pytest.mark.gpu
-def test_gpu_compiled_pipeline_matches_eager():
-    """torch.compile'd non-recurrent ops (what the Fig 6 runner uses on a GPU), captured in graphs: same
-    decode as the eager ops on the same beams, and the gate passes."""
+@pytest.mark.parametrize("path", ["onela", "controlled_fullstate"])
+def test_gpu_compiled_pipeline_matches_eager(path):
+    """torch.compile'd non-recurrent ops (what the Fig 6 runner uses on a GPU), captured in graphs, in both
+    beam-state modes (the conv windows are the graphs' own outputs, read by the next call's graph): same decode
+    as the eager ops on the same beams over more calls than the conv window, and the gate passes."""
     from artifact.model.graphs import capture
     m = _small_qwen()
+    T_ = m.cfg.linear_conv_kernel_dim + 1
     ps = prefill(m, random_prompts(2, 300, m.cfg.vocab_size, seed=1, device="cuda"))
-    eager_dec = BeamDecoder(m, "onela", 2, 16, 3, 300)
+    eager_dec = BeamDecoder(m, path, 2, 16, T_, 300)
     eager_dec.load_prompt(ps)
     eager = eager_dec.run()
-    d = BeamDecoder(m, "onela", 2, 16, 3, 300, compile=True)
+    d = BeamDecoder(m, path, 2, 16, T_, 300, compile=True)
     d.load_prompt(ps)
     capture(d)
-    got = d.run(use_graphs=True, forced=eager)
-    assert (got.hidden.float() - eager.hidden.float()).abs().max() < 0.05 * eager.hidden.float().abs().max()
-    assert stepper_max_abs_err(d, got) < DEFAULT_TOLERANCE
+    for _ in range(2):                          # a second search replays over the first one's buffers
+        got = d.run(use_graphs=True, forced=eager)
+        assert (got.hidden.float() - eager.hidden.float()).abs().max() < 0.05 * eager.hidden.float().abs().max()
+        assert stepper_max_abs_err(d, got) < DEFAULT_TOLERANCE
 
 
 @pytest.mark.gpu
@@ -568,38 +625,83 @@ def test_fig6_table_reports_speedups_and_targets():
 
 @pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),
                     reason="torch.compile on a CPU needs a C++ compiler (g++ / c++ not found)")
-def test_conv_gathers_ancestral_inputs_inside_the_compiled_conv():
-    """Ancestry-mode conv history hands (store slice, index) pairs to conv_gates, which gathers them as it
-    reads. Compiled (fullgraph, on CPU here; what the Fig 6 runner does on a GPU) and eager give the conv of
-    the explicitly gathered windows, at every history structure a decode meets (t = 0..P+1)."""
-    from artifact.model.beam_state import BeamTree, ConvHistory, gather_beams
+def test_conv_windows_of_both_modes_follow_the_lineage():
+    """ConvHistory + conv_gates, eager and compiled (fullgraph, on CPU here; what the Fig 6 runner does on a GPU),
+    in both beam-state modes over more steps than the window, with parents that duplicate, drop and reorder
+    beams: every beam's window equals its lineage's last P inputs (kept here independently, as Python lists per
+    beam), bit for bit in both modes; the conv and the gates equal layers' on the explicit window; copy mode's kept
+    tensors are the child's own materialised window (fresh, contiguous, [parent's P - 1 newest, x]); and the
+    compiled pass is one fused kernel besides the gates' (Inductor's CPU code, a proxy of the GPU launch count)."""
+    import re
+
+    from torch._inductor.utils import run_and_get_code
+
+    from artifact.model.beam_state import BeamTree, ConvHistory, window
     from artifact.model.blocks import conv_gates
-    from artifact.model.layers import causal_conv_step, gdn_gates
+    from artifact.model.layers import causal_conv_step
     torch.manual_seed(0)
-    R, W, T, C, HV, width = 2, 5, 5, 12, 3, 4
-    tree = BeamTree("ancestry", R, W, T, "cpu")
-    conv = ConvHistory(tree, C, width, torch.bfloat16, "cpu")
-    conv.prompt_tail.copy_(torch.randn(R, width - 1, C))
+    R, W, T, C, HV, width = 2, 5, 6, 12, 3, 4
+    P = width - 1
+    tail = torch.randn(R, P, C).to(torch.bfloat16)
     w = torch.randn(C, width)
     A_log, dt_bias = torch.rand(HV), torch.ones(HV)
-    compiled = torch.compile(conv_gates, fullgraph=True, dynamic=False)
+    gen = torch.Generator().manual_seed(1)
+    steps = []
     for t in range(T):
+        parents = torch.randint(0, W, (R, W), generator=gen, dtype=torch.int32) if t else torch.zeros(R, W,
+                                                                                                      dtype=torch.int32)
+        proj = torch.randn(R, W, C + 4 + 2 * HV, generator=gen).to(torch.bfloat16)    # qkv | z | b | a
+        steps.append((parents, proj[..., :C], proj[..., C + 4:]))
+    ps = torch.stack([p for p, _, _ in steps[1:]])
+    assert (ps != torch.arange(W, dtype=ps.dtype)).any() and any(len(set(r.tolist())) < W for r in ps.reshape(-1, W))
+    # the lineage: seq[r][b] = beam b's inputs, oldest first, starting with the prompt tail
+    seq = [[list(tail[r].unbind(0)) for _ in range(W)] for r in range(R)]
+    want_win = []
+    for t, (parents, x, _) in enumerate(steps):
         if t:
-            tree.parents.copy_(torch.randint(0, W, (R, W), dtype=torch.int32))
-            tree.advance(t)
-        x = torch.randn(R, W, C).to(torch.bfloat16)
-        a, b = torch.randn(R, W, HV), torch.randn(R, W, HV)
-        hist = conv.history(t, x)
-        assert sum(isinstance(h, tuple) for h in hist) == min(t, width - 1)
-        explicit = [gather_beams(*h) if isinstance(h, tuple) else h for h in hist]
-        want = causal_conv_step(explicit, x, w)
-        g_want, beta_want = gdn_gates(a, b, A_log, dt_bias)
-        for fn in (conv_gates, compiled):
-            mixed, g, beta = fn(x, hist, w, a, b, A_log, dt_bias)      # fresh outputs (none mutated: blocks.py)
-            assert mixed.dtype == x.dtype and g.is_contiguous() and beta.is_contiguous()
-            torch.testing.assert_close(mixed.float(), want.float(), atol=1e-2, rtol=0)
-            torch.testing.assert_close(g, g_want)
-            torch.testing.assert_close(beta, beta_want)
+            seq = [[seq[r][int(parents[r, b])] + [steps[t - 1][1][r, int(parents[r, b])]] for b in range(W)]
+                   for r in range(R)]
+        want_win.append([torch.stack([torch.stack(seq[r][b][-P:]) for b in range(W)]) for r in range(R)])
+    compiled = torch.compile(conv_gates, fullgraph=True, dynamic=False, options={"assert_indirect_indexing": False})
+    got_mixed = {}
+    for mode in ("ancestry", "copy"):
+        for name, fn in (("eager", conv_gates), ("compiled", compiled)):
+            tree = BeamTree(mode, R, W, T, "cpu")
+            conv = ConvHistory(tree, C, width, torch.bfloat16, "cpu")
+            conv.prompt_tail.copy_(tail)
+            assert conv.carry == (0 if mode == "ancestry" else P - 1)
+            for t, (parents, x, ba) in enumerate(steps):
+                tree.parents.copy_(parents)
+                tree.advance(t)
+                hist = conv.history(t)
+                win = torch.stack([window(h) for h in hist], dim=2)                        # [R, W, P, C]
+                assert torch.equal(win, torch.stack(want_win[t])), (mode, name, t)
+                mixed, (beta, g), kept = fn(x, hist, conv.carry, w, ba, A_log, dt_bias)
+                conv.keep(t, kept)
+                explicit = list(torch.stack(want_win[t]).unbind(2))
+                torch.testing.assert_close(mixed.float(), causal_conv_step(explicit, x, w).float(), atol=1e-2, rtol=0)
+                assert g.is_contiguous() and beta.is_contiguous()              # ba = [b | a]
+                softplus = torch.nn.functional.softplus
+                torch.testing.assert_close(g, -torch.exp(A_log) * softplus(ba[..., HV:].float() + 1))
+                torch.testing.assert_close(beta, torch.sigmoid(ba[..., :HV].float()))
+                assert len(kept) == conv.carry + 1 and all(k.is_contiguous() for k in kept)
+                assert torch.equal(kept[-1], x) and kept[-1].data_ptr() != x.data_ptr()
+                if mode == "copy":                   # the child's own window, for the next step's fork
+                    assert torch.equal(torch.stack(kept, dim=2), torch.cat([win[:, :, 1:], x[:, :, None]], dim=2))
+                got_mixed[mode, name, t] = mixed
+            if mode == "copy":
+                assert len({k.data_ptr() for k in conv.window}) == P
+    for key, mixed in got_mixed.items():
+        assert torch.equal(mixed, got_mixed[("ancestry",) + key[1:]]), key
+    # the compiled pass: one kernel for the conv and every window store (plus the gates'), no gather of its own
+    tree = BeamTree("copy", R, W, T, "cpu")
+    conv = ConvHistory(tree, C, width, torch.bfloat16, "cpu")
+    conv.keep(0, [torch.randn(R, W, C).to(torch.bfloat16) for _ in range(P)])
+    _, codes = run_and_get_code(torch.compile(conv_gates, fullgraph=True, dynamic=False),
+                                steps[1][1], conv.history(1), conv.carry, w, steps[1][2], A_log, dt_bias)
+    code = "\n".join(codes)
+    assert 1 <= len(re.findall(r"^cpp_fused_\w+ = async_compile", code, re.M)) <= 2, code
+    assert not re.search(r"extern_kernels\.\w+\(|torch\.ops\.aten\.", code), code
 
 
 @pytest.mark.skipif(not (shutil.which("g++") or shutil.which("c++")),

@@ -94,15 +94,14 @@ def shared_prefix_attention(impl: str, q, k_prompt, v_prompt, k_own, v_own, scal
                             merge=merge_own_kv) -> torch.Tensor:
     """Softmax attention of each beam over [prompt KV of its request ; its own decode KV].
 
-    q [R, W, nq, D]; k_prompt/v_prompt [R, Hkv, L, D]; k_own/v_own [R, W, n, Hkv, D]. Returns [R, W, nq, D].
-    `merge` is merge_own_kv or a compiled copy of it.
+    q [R, W, nq, D], or grouped by KV head [R, W, Hkv, G, D] of any strides -- laid out [R, Hkv, W, G, D] (as
+    blocks.attn_pre writes it), the prompt part reads it without a copy; k_prompt/v_prompt [R, Hkv, L, D];
+    k_own/v_own [R, W, n, Hkv, D]. Returns [R, W, nq, D]. `merge` is merge_own_kv or a compiled copy of it.
     """
-    R, W, nq, D = q.shape
-    hkv = k_prompt.shape[1]
-    G = nq // hkv
-    qg = q.view(R, W, hkv, G, D)
+    qg = q if q.dim() == 5 else q.unflatten(2, (k_prompt.shape[1], -1))
+    R, W, hkv, G, D = qg.shape
     with region("attn_prompt"):
-        qp = qg.permute(0, 2, 1, 3, 4).reshape(R, hkv, W * G, D)
+        qp = qg.permute(0, 2, 1, 3, 4).reshape(R, hkv, W * G, D)          # a view when laid out [R, Hkv, W, G, D]
         o_p, lse_p = prompt_attention(impl, qp, k_prompt, v_prompt, scale)
     o_p = o_p.reshape(R, hkv, W, G, D).permute(0, 2, 1, 3, 4)            # [R, W, Hkv, G, D], a view
     lse_p = lse_p.reshape(R, hkv, W, G).permute(0, 2, 1, 3)               # [R, W, Hkv, G], a view

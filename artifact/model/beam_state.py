@@ -3,9 +3,14 @@
 Two ways to make them follow the beam tree, one per kind of path (the recurrent state is the Stepper's):
 - "ancestry" (OneLA, paper §3.3): each step appends its values to a store slot [t, r, b] that never moves;
   a beam reads its history through the ancestry table h_t(b, j) -- selection moves indices, never values.
-- "copy" (FullState, and vLLM's per-sequence state): each beam owns its history; every step gathers the parent's
-  history into the child (a copy by parents), as a serving framework forks a sequence's cache.
+- "copy" (FullState, and vLLM's per-sequence state): each beam owns its history; every step the child gets its
+  parent's history (a copy by parents), as a serving framework forks a sequence's cache.
 Both give every beam exactly its ancestors' values, so the two modes decode identically.
+
+The conv windows are read and written by the conv's own pass (`artifact.model.blocks.conv_gates`): a window
+entry is a (tensor, index) pair that the conv gathers as it reads, and what a step keeps for later steps --
+ancestry: the step's input (store slot t); copy: the child's whole window -- comes back from that pass as fresh
+tensors. So the window upkeep of either mode is stores of the conv's kernel, not kernels of its own.
 """
 from __future__ import annotations
 
@@ -14,6 +19,13 @@ import torch
 from artifact.ancestry import advance
 
 MODES = ("ancestry", "copy")
+# Paths whose conv / attention decode state follows the beam tree through ancestry (no copies); every other
+# path keeps per-beam copies, as a serving framework does.
+ANCESTRY_PATHS = frozenset({"onela", "reference_replay"})
+
+
+def beam_state_mode(path: str) -> str:
+    return "ancestry" if path in ANCESTRY_PATHS else "copy"
 
 
 def gather_beams(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -23,7 +35,7 @@ def gather_beams(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
 
 
 def window(h) -> torch.Tensor:
-    """One entry of ConvHistory.history as a tensor: gathered here if it is a (store slice, index) pair."""
+    """One entry of ConvHistory.history as a tensor: gathered here if it is a (tensor, index) pair."""
     return gather_beams(*h) if isinstance(h, tuple) else h
 
 
@@ -64,43 +76,59 @@ class BeamTree:
 
 
 class ConvHistory:
-    """The width-1 previous pre-conv inputs of every beam of one GDN layer."""
+    """The width-1 (= P) previous pre-conv inputs of every beam of one GDN layer.
+
+    `history(t)` gives each beam's P previous inputs, oldest first, for the conv to read; the conv returns what
+    `keep` stores: the inputs it carries over (`carry` of them, the newest of the window it read) plus the
+    step's input x, each a fresh [R, W, C] tensor written by the conv's pass.
+    - ancestry (carry 0): the kept x is store slot t. An entry of step s >= 0 is (slot s, h_t[:, :, s]); one
+      before step 0 is the prompt tail's row, broadcast over the request's beams.
+    - copy (carry P - 1): the kept tensors are the child's own window, [its parent's P - 1 newest inputs, x]:
+      every beam's whole window is materialised every step, as a serving framework's per-sequence conv state
+      is. Each entry is (window tensor, parents): the child reads its parent's row. Step 0 reads the prompt
+      tail (every beam's parent is the prompt).
+    The kept tensors are fresh every step, so a step never overwrites what it reads. In a captured decode they
+    are the graphs' own outputs: graph t reads what graph t-1 (ancestry: graphs 0..t-1) wrote, which holds
+    because the decode replays its graphs in capture order (artifact.model.graphs); a copy-mode window is
+    released once the next step's window replaced it, and nothing reads it afterwards.
+    """
 
     def __init__(self, tree: BeamTree, channels: int, width: int, dtype, device):
         self.tree, self.P = tree, width - 1
         R, W, T = tree.R, tree.W, tree.T
+        self.shape, self.dtype = (R, W, channels), dtype
         self.prompt_tail = torch.zeros(R, self.P, channels, dtype=dtype, device=device)
-        if tree.mode == "ancestry":
-            self.store = torch.empty(max(T, 1), R, W, channels, dtype=dtype, device=device)
-        else:
-            self.buf = torch.empty(R, W, self.P, channels, dtype=dtype, device=device)
+        self.carry = 0 if tree.mode == "ancestry" else self.P - 1
+        self.slots: list = [None] * max(T, 1)          # ancestry: store slot of each step
+        self.window: list = [None] * self.P             # copy: every beam's current window, oldest first
 
-    def history(self, t: int, x: torch.Tensor) -> list:
-        """Record x [R, W, C] as step t's pre-conv input; return each beam's P previous inputs, oldest first.
+    def _tail(self, j: int) -> torch.Tensor:
+        return self.prompt_tail[:, j][:, None].expand(self.shape)
 
-        ancestry: reads through h_t (the prompt's tail for steps before 0) and appends x to store[t]. An
-        ancestral input comes back as a (store[s], h_t[:, :, s]) pair (the column taken from `cols`), not
-        gathered: the conv gathers it as it reads (`window`), so under torch.compile the gather is an indexed
-        load inside the conv's kernel instead of a copy kernel of its own (three per layer and step).
-        copy: the child takes its parent's window (a gather-copy), then the window shifts in x.
-        """
+    def history(self, t: int) -> list:
+        """Each beam's P previous inputs at step t, oldest first: tensors [R, W, C] or (tensor, index [R, W])
+        pairs, read as tensor[r, index[r, b]] (`window`)."""
         P = self.P
         if self.tree.mode == "ancestry":
-            hist = [self.prompt_tail[:, P + s][:, None].expand_as(x) if s < 0
-                    else (self.store[s], self.tree.cols[s]) for s in range(t - P, t)]
-            self.store[t] = x
-            return hist
+            return [self._tail(P + s) if s < 0 else (self.slots[s], self.tree.cols[s]) for s in range(t - P, t)]
         if t == 0:
-            src = self.prompt_tail[:, None].expand(-1, self.tree.W, -1, -1)
+            return [self._tail(j) for j in range(P)]
+        return [(w, self.tree.parents) for w in self.window]      # fork: the child reads its parent's window
+
+    def keep(self, t: int, kept: list) -> None:
+        """Store what the conv of step t returned: `carry` window entries, then x."""
+        if len(kept) != self.carry + 1:
+            raise ValueError(f"ConvHistory.keep: {len(kept)} tensors, expected {self.carry + 1}")
+        if self.tree.mode == "ancestry":
+            self.slots[t] = kept[0]
         else:
-            src = gather_beams(self.buf, self.tree.parents)                 # fork: child gets the parent's window
-        self.buf[:, :, : P - 1] = src[:, :, 1:]
-        self.buf[:, :, P - 1] = x
-        return list(src.unbind(2))
+            self.window = list(kept)
 
     def nbytes(self) -> int:
-        t = self.store if self.tree.mode == "ancestry" else self.buf
-        return t.numel() * t.element_size()
+        """What the mode keeps: ancestry T slots, copy one P-entry window per beam."""
+        n = len(self.slots) if self.tree.mode == "ancestry" else self.P
+        R, W, C = self.shape
+        return n * R * W * C * self.dtype.itemsize
 
 
 class KvHistory:

@@ -1,4 +1,4 @@
-"""The decode forward's non-recurrent work as six pure functions, so that one switch can fuse them.
+"""The decode forward's non-recurrent work as seven pure functions, so that one switch can fuse them.
 
 Between GEMMs a decode layer is a chain of small element-wise ops (norms, conv taps, gates, rotary, SwiGLU);
 run eagerly each is a kernel and a round trip through HBM. Serving frameworks fuse them (vLLM compiles the
@@ -6,6 +6,11 @@ model with torch.compile and replays CUDA graphs); `DecodeOps(compile=True)` doe
 torch.compile (Inductor, default mode, static shapes) -- the compiled kernels are then captured in the
 decode's CUDA graphs like any others. Identical for every path, so it moves no comparison; it keeps the fixed
 part of the model from being slower than a real serving stack's.
+
+The functions are cut so that each element-wise stretch between two GEMMs is one pass: a block returns its
+residual stream and its MLP output unsummed, and the next block's input norm (or the final norm) adds them in
+its own pass; the conv's pass also writes the conv windows' upkeep (artifact.model.beam_state), the gates are
+one pass over [b | a], and the q / k norm and rotary pass writes q in the layout the prompt attention reads.
 """
 from __future__ import annotations
 
@@ -16,62 +21,82 @@ from artifact.model.beam_state import window
 from artifact.model.layers import apply_rotary, causal_conv_step, gated_rms_norm, gdn_gates, rms_norm, swiglu
 
 
-def norm_proj(x, ln, w, eps: float):
-    """rmsnorm(x) @ w^T: a layer's input norm and its fused input projection."""
-    return rms_norm(x, ln, eps) @ w.t()
+def norm_proj(x, y, ln, w, eps: float):
+    """A layer's input: the residual add of the previous block's MLP output y (None before the first layer),
+    the input norm and the fused input projection, as (residual stream, rmsnorm(x + y) @ w^T)."""
+    if y is not None:
+        x = x + y
+    return x, rms_norm(x, ln, eps) @ w.t()
 
 
-def conv_gates(x, hist: list, conv_w, a, b, A_log, dt_bias):
-    """GDN: (silu(causal conv) of q|k|v, log-decay g, beta), each a fresh tensor. `hist` is ConvHistory.history's
-    list: ancestral inputs are gathered here, inside the (compiled) conv.
+def conv_gates(x, hist: list, carry: int, conv_w, ba, A_log, dt_bias):
+    """GDN: (silu(causal conv) of q|k|v, gates [beta, g] (layers.gdn_gates), kept), fresh tensors. `hist` is
+    ConvHistory.history's list, its (tensor, index) entries gathered here as the conv reads them; `kept` is what
+    ConvHistory.keep stores -- the window's newest `carry` entries as read, then x -- written by the conv's own
+    pass (one kernel under torch.compile: every output has the conv's [R, W, C] shape and reads what it reads).
 
     Fresh outputs, not writes into the decoder's per-step buffers: Inductor's autotune benchmarks a kernel that
     mutates an argument with a clone of that argument inside the timed call, and the clone's cost hides the
     difference between launch configs, so the pick becomes arbitrary per process (the step-0 conv's configs differ
     several-fold; results/experiments/full_model/inductor_conv/autotune_log/). Nothing is mutated here, so
     nothing is cloned."""
-    mixed = causal_conv_step(hist, x, conv_w, read=window)
-    g, beta = gdn_gates(a, b, A_log, dt_bias)
-    return mixed, g, beta
+    win = [window(h) for h in hist]
+    mixed = causal_conv_step(win, x, conv_w)
+    kept = [w.contiguous() for w in win[len(win) - carry:]] + [x.clone(memory_format=torch.contiguous_format)]
+    return mixed, gdn_gates(ba, A_log, dt_bias), kept
 
 
 def gdn_post(o, z, norm_w, x, out_w, ln2, gate_up, down, eps: float):
-    """GDN output: gated norm, out_proj, residual; then the MLP block with its residual."""
+    """GDN output: gated norm, out_proj, residual; then the MLP block. Returns (residual stream, MLP output),
+    unsummed: the next norm_proj or final_norm adds them."""
     x = x + gated_rms_norm(o, z, norm_w, eps, x.dtype).flatten(-2) @ out_w.t()
-    return x + swiglu(rms_norm(x, ln2, eps), gate_up, down)
+    return x, swiglu(rms_norm(x, ln2, eps), gate_up, down)
 
 
 def attn_pre(q, k, q_norm, k_norm, cos, sin, eps: float):
-    """Attention: zero-centred q/k norms per head, then partial rotary."""
-    return (apply_rotary(rms_norm(q, q_norm, eps), cos, sin), apply_rotary(rms_norm(k, k_norm, eps), cos, sin))
+    """Attention: zero-centred q/k norms per head, then partial rotary. q [R, W, nq, D] comes back prompt-major,
+    [R, Hkv, W G, D] contiguous -- each KV head's W x G queries as one block, the layout the prompt part reads
+    (attention.shared_prefix_attention takes its [R, W, Hkv, G, D] view, no copy); k [R, W, Hkv, D] as it came."""
+    R, W, nq, D = q.shape
+    hkv = k.shape[-2]
+    q = apply_rotary(rms_norm(q, q_norm, eps), cos, sin).unflatten(2, (hkv, nq // hkv))
+    k = apply_rotary(rms_norm(k, k_norm, eps), cos, sin)
+    return q.permute(0, 2, 1, 3, 4).reshape(R, hkv, W * (nq // hkv), D), k
 
 
 def attn_post(o, gate, x, o_w, ln2, gate_up, down, eps: float):
-    """Attention output: sigmoid output gate, o_proj, residual; then the MLP block with its residual."""
-    x = x + (o.flatten(-2) * torch.sigmoid(gate)) @ o_w.t()
-    return x + swiglu(rms_norm(x, ln2, eps), gate_up, down)
+    """Attention output: sigmoid output gate (o, gate [.., nq, d]), o_proj, residual; then the MLP block. Returns
+    (residual stream, MLP output), unsummed."""
+    x = x + (o * torch.sigmoid(gate)).flatten(-2) @ o_w.t()
+    return x, swiglu(rms_norm(x, ln2, eps), gate_up, down)
 
 
-FUNCTIONS = {f.__name__: f for f in (norm_proj, conv_gates, gdn_post, attn_pre, attn_post, merge_own_kv)}
+def final_norm(x, y, w, eps: float):
+    """The last layer's residual add and the final norm, one pass."""
+    return rms_norm(x + y, w, eps)
+
+
+FUNCTIONS = {f.__name__: f for f in (norm_proj, conv_gates, gdn_post, attn_pre, attn_post, merge_own_kv,
+                                     final_norm)}
 
 
 class DecodeOps:
-    """The six functions (merge_own_kv: the attention's own-KV part, artifact.model.attention), eager or
+    """The seven functions (merge_own_kv: the attention's own-KV part, artifact.model.attention), eager or
     torch.compile'd (fullgraph, static shapes)."""
 
     def __init__(self, compile: bool = False):
         self.compiled = bool(compile)
         if compile:
-            # conv_gates sees up to P+1 history structures per shape (expanded prompt-tail views vs ancestral
-            # (store, index) pairs); never let a recompile limit silently send a call back to eager.
+            # conv_gates sees up to P+1 history structures per shape (expanded prompt-tail views vs (tensor,
+            # index) pairs); never let a recompile limit silently send a call back to eager.
             for key in ("cache_size_limit", "recompile_limit"):
                 if hasattr(torch._dynamo.config, key):
                     setattr(torch._dynamo.config, key, max(64, getattr(torch._dynamo.config, key)))
-        # No device-side bound check on gathered indices: the ancestry columns and parents are built in range
-        # (artifact.model.beam_state; CPU-tested), and Inductor's per-element `tl.device_assert` in the conv with
-        # the ancestral gather inside costs more than the gather itself
-        # (results/experiments/full_model/assert_ab/).
-        # Applied to every path; only OneLA's ops gather.
+        # No device-side bound check on gathered indices: the ancestry columns, the parents and the rotary's
+        # partner dims are built in range (artifact.model.beam_state, layers.apply_rotary; CPU-tested), and
+        # Inductor's per-element `tl.device_assert` in the conv with the ancestral gather inside costs more than
+        # the gather itself (results/experiments/full_model/assert_ab/). Applied to every path: both beam-state
+        # modes' convs gather (ancestral slots / parents' windows).
         opts = {"assert_indirect_indexing": False}
         for name, fn in FUNCTIONS.items():
             setattr(self, name, torch.compile(fn, fullgraph=True, dynamic=False, options=opts) if compile else fn)

@@ -4,21 +4,30 @@ The same lower bound as the operator suites' floors: compulsory bytes over the m
 bandwidth against FLOPs over the measured matrix rate of the precision used, whichever is longer. Over the T
 decode calls of one search:
 
-- model part, the same for every path: every weight read once per call (the tied LM head reads the whole
-  embedding matrix; an untied input embedding only its N looked-up rows), the logits written once, each full-
-  attention layer's prompt K/V read once per request and each beam's decode K/V once; FLOPs 2 N per weight
-  element of every matrix (the depthwise conv's [C, 4] included: 2 N C 4 is its FLOP count) plus attention's
-  4 N Hq d (prompt + decoded tokens) per layer, at the model dtype's matrix rate;
+- model part: every weight read once per call (the tied LM head reads the whole embedding matrix; an untied
+  input embedding only its N looked-up rows), the logits written once, each full-attention layer's prompt K/V
+  read once per request and each beam's decode K/V once; the activations (`activation_bytes`); FLOPs 2 N per
+  weight element of every matrix (the depthwise conv's [C, 4] included: 2 N C 4 is its FLOP count) plus
+  attention's 4 N Hq d (prompt + decoded tokens) per layer, at the model dtype's matrix rate;
 - recurrent part: the path's own `cost()` (the same function the operator suites use) on this search's
-  lineage, once per GDN layer, at that path's rate.
+  lineage, once per GDN layer, at that path's rate. It counts the stepper's inputs (q, k, v, g, beta) and
+  output o, so the activations leave those reads and that write to it.
 
-Activations between kernels are left out (an ideal fused forward keeps them on chip), so this is a bound, not
-a model of our pipeline. The conv windows (each beam's width-1 previous q|k|v inputs) are left out as well.
+Activations: each component of a call (artifact.model.regions) reads its input activations from HBM once and
+writes its output activations once, in the model dtype (g, beta and the attention's log-sum-exp in fp32) --
+the traffic of a forward that runs each GEMM as its own kernel and each element-wise stretch between two GEMMs
+as one pass, which is how the pipeline is cut (artifact.model.blocks); a block's residual add is counted with
+the norm that follows it, where the pipeline fuses it. The conv windows and the decode KV are counted the way
+the path's beam-state mode keeps them (artifact.model.beam_state): each beam reads its P-entry window once per
+call (an entry still on the prompt reads the request's row once), and the conv writes the step's input once
+(ancestry) or each child's whole window (copy); each attention layer writes the step's K/V once, and in copy
+mode every call t >= 1 also forks each beam's t earlier K/V rows (read and written once).
 
-`model_components` splits the model part over the components of a decode call (artifact.model.regions) --
-each weight to the component that reads it, the prompt K/V and its FLOPs to attn_prompt, the decode K/V and its
-FLOPs to attn_decode_kv, the logits to lm_head -- and `model_part` is their sum; `component_costs` adds the
-recurrent part as gdn_recurrent, so the per-component bytes and FLOPs add up to `decode_floor`'s exactly.
+`model_components` splits the model part over the components of a decode call -- each weight to the component
+that reads it, the prompt K/V and its FLOPs to attn_prompt, the decode K/V and its FLOPs to attn_decode_kv, the
+logits to lm_head, each activation to the component that reads or writes it -- and `model_part` is their sum;
+`component_costs` adds the recurrent part as gdn_recurrent, so the per-component bytes and FLOPs add up to
+`decode_floor`'s exactly.
 """
 from __future__ import annotations
 
@@ -29,6 +38,7 @@ from types import SimpleNamespace
 import torch
 
 from artifact.measure import floor_ms
+from artifact.model.beam_state import MODES, beam_state_mode
 from artifact.model.regions import COMPONENTS
 
 RATE_OF_DTYPE = {torch.bfloat16: "bf16_flop_per_s", torch.float16: "bf16_flop_per_s",
@@ -48,9 +58,50 @@ COMPONENT_OF_WEIGHT = {
 }
 
 
-def model_components(model, R: int, W: int, T: int, prompt_len: int) -> dict[str, tuple[int, int]]:
-    """component -> (compulsory bytes, FLOPs) of the T calls' non-recurrent work (module docstring); every
-    component of artifact.model.regions but gdn_recurrent, zeros included."""
+def activation_bytes(cfg, R: int, W: int, T: int, elem: int, mode: str) -> Counter:
+    """component -> activation bytes read and written over the T calls (module docstring), for the model
+    dtype's element size `elem` and beam-state mode `mode`."""
+    if mode not in MODES:
+        raise ValueError(f"unknown beam-state mode {mode!r}; known: {MODES}")
+    N, H, I = R * W, cfg.hidden_size, cfg.intermediate_size
+    C, Vd, HV, P = cfg.conv_dim, cfg.value_dim, cfg.linear_num_value_heads, cfg.linear_conv_kernel_dim - 1
+    nq, nkv = cfg.num_attention_heads * cfg.head_dim, cfg.num_key_value_heads * cfg.head_dim
+    n_layers, n_gdn, n_attn = len(cfg.layer_types), len(cfg.gdn_layers), len(cfg.attn_layers)
+    out = Counter()
+    for t in range(T):
+        out["embed"] += N * H                                               # the embedded tokens
+        # input norms (the first reads x alone; the others add the previous MLP output), post-mixer norms
+        # (residual + mixer output), final norm (residual + last MLP output -> the normed hidden)
+        out["norms"] += 2 * N * H + (n_layers - 1) * 4 * N * H + n_layers * 4 * N * H + 3 * N * H
+        out["mlp"] += n_layers * (N * H + 2 * N * 2 * I + 2 * N * I + N * H)   # gate_up, silu * up, down
+        out["lm_head"] += N * H                                             # the normed hidden
+        # GDN: in_proj (xn -> qkv | z | b | a), out_proj (gated norm's output -> the mixer output)
+        out["gdn_proj"] += n_gdn * (N * H + N * (C + Vd + 2 * HV) + N * Vd + N * H)
+        # conv: x and [b | a] in, q|k|v out; the window's P entries in; the kept entries out (beam_state)
+        rows = [R if (mode == "ancestry" and s < 0) or (mode == "copy" and t == 0) else N
+                for s in range(t - P, t)]
+        kept = 1 if mode == "ancestry" else P
+        out["gdn_conv"] += n_gdn * (N * C + N * 2 * HV + N * C + sum(rows) * C + kept * N * C)
+        out["gdn_norm"] += n_gdn * 3 * N * Vd                               # o, z in; normed out
+        # attention: qkv_proj (xn -> q | gate | k | v), output gate (o, gate -> gated), o_proj (-> mixer output)
+        out["attn_proj"] += n_attn * (N * H + N * (2 * nq + 2 * nkv) + 3 * N * nq + N * nq + N * H)
+        out["attn_qk_norm_rope"] += n_attn * 2 * N * (nq + nkv)
+        fork = 2 * N * t * 2 * nkv if mode == "copy" else 0                 # each beam's t earlier K/V rows
+        out["kv_state"] += n_attn * (2 * N * 2 * nkv + fork)                # the step's k, v in and stored
+        out["attn_prompt"] += n_attn * 2 * N * nq                           # q in, o_p out
+        out["attn_decode_kv"] += n_attn * 3 * N * nq                        # o_p, q in; o out
+    out = Counter({c: b * elem for c, b in out.items()})
+    for t in range(T):                                                      # fp32 activations
+        out["gdn_conv"] += n_gdn * N * 2 * HV * 4                           # g, beta
+        out["attn_prompt"] += n_attn * N * cfg.num_attention_heads * 4      # its log-sum-exp out ...
+        out["attn_decode_kv"] += n_attn * N * cfg.num_attention_heads * 4   # ... and into the merge
+    return out
+
+
+def model_components(model, R: int, W: int, T: int, prompt_len: int, mode: str = "ancestry"
+                     ) -> dict[str, tuple[int, int]]:
+    """component -> (compulsory bytes, FLOPs) of the T calls' non-recurrent work (module docstring) for
+    beam-state mode `mode`; every component of artifact.model.regions but gdn_recurrent, zeros included."""
     cfg, N = model.cfg, R * W
     elem = torch.empty((), dtype=model.dtype).element_size()
     nbytes = Counter({c: 0 for c in COMPONENTS if c != "gdn_recurrent"})
@@ -75,12 +126,13 @@ def model_components(model, R: int, W: int, T: int, prompt_len: int) -> dict[str
         flops["attn_prompt"] += per_token * prompt_len
         nbytes["attn_decode_kv"] += n_attn * N * (t + 1) * kv_row                 # each beam's own
         flops["attn_decode_kv"] += per_token * (t + 1)
+    nbytes.update(activation_bytes(cfg, R, W, T, elem, mode))
     return {c: (nbytes[c], flops[c]) for c in nbytes}
 
 
-def model_part(model, R: int, W: int, T: int, prompt_len: int) -> tuple[int, int]:
+def model_part(model, R: int, W: int, T: int, prompt_len: int, mode: str = "ancestry") -> tuple[int, int]:
     """(compulsory bytes, FLOPs) of the T calls' non-recurrent work: the sum of `model_components`."""
-    parts = model_components(model, R, W, T, prompt_len).values()
+    parts = model_components(model, R, W, T, prompt_len, mode).values()
     return sum(b for b, _ in parts), sum(f for _, f in parts)
 
 
@@ -102,9 +154,10 @@ def recurrent_part(path_obj, model, R: int, W: int, T: int, parents: torch.Tenso
 
 def decode_floor(model, path_obj, R: int, W: int, T: int, prompt_len: int, parents: torch.Tensor,
                  ceilings: dict | None, tail_len: int | None = None) -> dict:
-    """{"compulsory_bytes", "flops", and with ceilings "floor_ms", "floor_bound"} of one search's T calls.
-    The compute time sums the two parts at their own rates (artifact.measure.floor_ms)."""
-    m_bytes, m_flops = model_part(model, R, W, T, prompt_len)
+    """{"compulsory_bytes", "flops", and with ceilings "floor_ms", "floor_bound"} of one search's T calls, the
+    model part in the path's beam-state mode. The compute time sums the two parts at their own rates
+    (artifact.measure.floor_ms)."""
+    m_bytes, m_flops = model_part(model, R, W, T, prompt_len, beam_state_mode(path_obj.name))
     rec = recurrent_part(path_obj, model, R, W, T, parents, tail_len)
     if rec is None:
         return {}
@@ -123,7 +176,7 @@ def component_costs(model, path_obj, R: int, W: int, T: int, prompt_len: int, pa
     model itself). Their bytes and FLOPs sum to decode_floor's."""
     rate = RATE_OF_DTYPE.get(model.dtype, "tf32_flop_per_s")
     out = {c: {"compulsory_bytes": b, "flops": f, "rate": rate}
-           for c, (b, f) in model_components(model, R, W, T, prompt_len).items()}
+           for c, (b, f) in model_components(model, R, W, T, prompt_len, beam_state_mode(path_obj.name)).items()}
     rec = recurrent_part(path_obj, model, R, W, T, parents, tail_len)
     if rec is not None:
         out["gdn_recurrent"] = dict(rec)

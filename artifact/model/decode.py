@@ -26,23 +26,16 @@ import torch.nn.functional as F
 
 from artifact.model.attention import select_prompt_attention, shared_prefix_attention
 from artifact.model.beam import BeamResult, first_beams, forced_scores, select_beams
-from artifact.model.beam_state import BeamTree, ConvHistory, KvHistory
+from artifact.model.beam_state import BeamTree, ConvHistory, KvHistory, beam_state_mode
 from artifact.model.blocks import DecodeOps
-from artifact.model.layers import rms_norm, rotary_cos_sin
+from artifact.model.layers import rotary_cos_sin
 from artifact.model.network import HybridModel
 from artifact.model.prefill import PromptState
 from artifact.model.regions import CALL, region
 from artifact.paths import make_stepper
 
-# Paths whose conv / attention decode state follows the beam tree through ancestry (no copies); every other
-# path keeps per-beam copies, as a serving framework does.
-ANCESTRY_PATHS = frozenset({"onela", "reference_replay"})
 # Paths whose steppers start from the prompt-block checkpoint plus the prompt tail (vLLM align-mode caching).
 PROMPT_TAIL_PATHS = frozenset({"vllm_prefix_replay"})
-
-
-def beam_state_mode(path: str) -> str:
-    return "ancestry" if path in ANCESTRY_PATHS else "copy"
 
 
 class BeamDecoder:
@@ -118,30 +111,32 @@ class BeamDecoder:
             with region("ancestry"):
                 self.tree.advance(t)
         with region("embed"):
-            x = F.embedding(self.tokens, m.embed)
+            x, y = F.embedding(self.tokens, m.embed), None
         gi = ai = 0
         for layer, kind in zip(m.layers, cfg.layer_types):
             if kind == "linear_attention":
-                x = self._gdn(t, gi, layer, x)
+                x, y = self._gdn(t, gi, layer, x, y)
                 gi += 1
             else:
-                x = self._attn(t, ai, layer, x)
+                x, y = self._attn(t, ai, layer, x, y)
                 ai += 1
         with region("final_norm"):
-            self.hidden[t].copy_(rms_norm(x, m.final_norm, cfg.rms_norm_eps))
+            self.hidden[t].copy_(self.ops.final_norm(x, y, m.final_norm, cfg.rms_norm_eps))
         with region("lm_head"):
             return m.logits(self.hidden[t], out=self.logits)
 
-    def _gdn(self, t, i, layer, x):
-        """One GDN layer + its MLP for all beams; returns the new residual stream."""
+    def _gdn(self, t, i, layer, x, y):
+        """One GDN layer + its MLP for all beams, from the residual stream x and the previous block's MLP output
+        y (None at the first layer); returns this layer's (residual stream, MLP output)."""
         m, cfg, ops = self.model, self.model.cfg, self.ops
-        io = self.gdn_io[i]
+        io, conv = self.gdn_io[i], self.conv[i]
         with region("gdn_norm_proj"):
-            qkv, z, b, a = m.split_gdn_proj(ops.norm_proj(x, layer["ln1"], layer["in_proj"], cfg.rms_norm_eps))
-        with region("conv_state"):
-            hist = self.conv[i].history(t, qkv)
-        with region("gdn_conv"):
-            mixed, g, beta = ops.conv_gates(qkv, hist, layer["conv"], a, b, layer["A_log"], layer["dt_bias"])
+            x, proj = ops.norm_proj(x, y, layer["ln1"], layer["in_proj"], cfg.rms_norm_eps)
+            qkv, z, ba = m.split_gdn_proj(proj)
+        with region("gdn_conv"):                    # the conv windows' upkeep is the conv pass's own stores
+            mixed, (beta, g), kept = ops.conv_gates(qkv, conv.history(t), conv.carry, layer["conv"], ba,
+                                                    layer["A_log"], layer["dt_bias"])
+            conv.keep(t, kept)
         io["mixed"][t], io["g"][t], io["beta"][t] = mixed, g, beta      # kept for the check and the stepper timer
         q, k, v = self.split_qkv(mixed)
         with region("gdn_recurrent"):
@@ -159,16 +154,19 @@ class BeamDecoder:
                 k.unflatten(-1, (cfg.linear_num_key_heads, cfg.linear_key_head_dim)),
                 v.unflatten(-1, (cfg.linear_num_value_heads, cfg.linear_value_head_dim)))
 
-    def _attn(self, t, i, layer, x):
-        """One gated full-attention layer + its MLP for all beams; returns the new residual stream."""
+    def _attn(self, t, i, layer, x, y):
+        """One gated full-attention layer + its MLP for all beams (x, y as in _gdn); returns this layer's
+        (residual stream, MLP output)."""
         m, cfg, ops = self.model, self.model.cfg, self.ops
         with region("attn_norm_proj"):
-            q, gate, k, v = m.split_attn_proj(ops.norm_proj(x, layer["ln1"], layer["qkv_proj"], cfg.rms_norm_eps))
+            x, proj = ops.norm_proj(x, y, layer["ln1"], layer["qkv_proj"], cfg.rms_norm_eps)
+            q, gate, k, v = m.split_attn_proj(proj)
         with region("attn_qk_norm_rope"):
             q, k = ops.attn_pre(q, k, layer["q_norm"], layer["k_norm"], self.cos[t], self.sin[t], cfg.rms_norm_eps)
         with region("kv_state"):
             k_own, v_own = self.kv[i].step(t, k, v)
-        o = shared_prefix_attention(self.attn_impl, q, self.prompt["k_prompt"][i], self.prompt["v_prompt"][i],
+        qg = q.unflatten(2, (self.W, -1)).permute(0, 2, 1, 3, 4)            # prompt-major q as [R, W, Hkv, G, D]
+        o = shared_prefix_attention(self.attn_impl, qg, self.prompt["k_prompt"][i], self.prompt["v_prompt"][i],
                                     k_own, v_own, cfg.head_dim ** -0.5, merge=ops.merge_own_kv)
         with region("attn_post"):
             return ops.attn_post(o, gate, x, layer["o_proj"], layer["ln2"], layer["gate_up"], layer["down"],

@@ -11,6 +11,8 @@ Each follows the reference modelling code (transformers `models/qwen3_5/modeling
   rope for text (all three position sections are equal).
 - GDN gates: g = -exp(A_log) * softplus(a + dt_bias), beta = sigmoid(b), both fp32; the causal conv is
   depthwise over q|k|v channels with silu.
+Decode runs these under torch.compile (artifact.model.blocks); each is written as element-wise expressions and
+reductions that Inductor fuses, with no concatenation to materialise.
 """
 from __future__ import annotations
 
@@ -49,34 +51,51 @@ def rotary_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tu
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the first cos.shape[-1] dims of x (rotate_half layout); cos/sin broadcast against x[..., :rot]."""
-    rot = cos.shape[-1]
-    xr, xp = x[..., :rot].float(), x[..., rot:]
-    x1, x2 = xr[..., : rot // 2], xr[..., rot // 2:]
-    rotated = xr * cos + torch.cat([-x2, x1], dim=-1) * sin
-    return torch.cat([rotated.to(x.dtype), xp], dim=-1)
+    """Rotate the first rot = cos.shape[-1] dims of x (rotate_half layout); cos/sin broadcast against x[..., :rot].
+
+    One element-wise expression over the whole head, x_i c_i + x_p(i) s_i in fp32, so that a compiled caller
+    fuses it with the norm before it (no concatenation to materialise): for i < rot/2 the partner p(i) is
+    i + rot/2 and s_i = -sin_i, for rot/2 <= i < rot it is i - rot/2 and s_i = sin_i -- rotate_half's
+    [-x2, x1] * sin term, the sign moved onto sin, which is exact -- and a dim i >= rot passes through as
+    x_i * 1 + x_i * 0 = x_i (exact, then cast back to x's dtype).
+    """
+    rot, D = cos.shape[-1], x.shape[-1]
+    half = rot // 2
+    i = torch.arange(D, device=x.device)
+    partner = torch.where(i < half, i + half, torch.where(i < rot, i - half, i))
+    cos_f = F.pad(cos, (0, D - rot), value=1.0)
+    sin_f = F.pad(sin, (0, D - rot), value=0.0) * torch.where(i < half, -1.0, 1.0)
+    xf = x.float()
+    return (xf * cos_f + xf[..., partner] * sin_f).to(x.dtype)
 
 
-def gdn_gates(a: torch.Tensor, b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor):
-    """(g, beta) fp32 contiguous: the log-decay and the write strength of each (token, value head)."""
-    g = -torch.exp(A_log.float()) * F.softplus(a.float() + dt_bias.float())
-    beta = torch.sigmoid(b.float())
-    return g.contiguous(), beta.contiguous()
+def gdn_gates(ba: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor) -> torch.Tensor:
+    """The gates of each (token, value head) from ba [..., 2 HV] = [b | a], adjacent in the fused GDN projection
+    (HybridModel.split_gdn_proj): [2, ..., HV] fp32, contiguous, holding [beta, g] -- beta = sigmoid(b), the
+    write strength, and g = -exp(A_log) * softplus(a + dt_bias), the log-decay; `beta, g = gates` gives both,
+    each contiguous.
+
+    One element-wise pass over ba writes both (under torch.compile a single kernel). The pair is one tensor, not
+    two views of one, because a compiled function keeps the strides of the tensors it returns but not of views
+    it returns into a buffer of its own (whose layout Inductor chooses).
+    """
+    hv = A_log.numel()
+    x = ba.float().unflatten(-1, (2, hv))                                           # [..., 2, HV]: b, a
+    is_a = (torch.arange(2, device=ba.device) == 1)[:, None]
+    gates = torch.where(is_a, -torch.exp(A_log.float()) * F.softplus(x + dt_bias.float()), torch.sigmoid(x))
+    return gates.movedim(-2, 0).contiguous()
 
 
-def causal_conv_step(history: list, x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
-                     read=None) -> torch.Tensor:
+def causal_conv_step(history: list, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     """One decode position of the depthwise causal conv: silu(sum_j w[:, j] * window[j]) in fp32.
 
-    history: the width-1 previous inputs, oldest first, each like x [..., C] (or whatever `read` turns into
-    one, read where it is used); weight [C, width] fp32. The result (x's dtype) goes to `out` when given.
+    history: the width-1 previous inputs, oldest first, each like x [..., C]; weight [C, width] fp32. Returns
+    x's dtype.
     """
     acc = x.float() * weight[:, -1]
     for j, h in enumerate(history):
-        acc = acc + (h if read is None else read(h)).float() * weight[:, j]
-    if out is None:
-        return F.silu(acc).to(x.dtype)
-    return out.copy_(F.silu(acc))
+        acc = acc + h.float() * weight[:, j]
+    return F.silu(acc).to(x.dtype)
 
 
 def causal_conv_prefill(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

@@ -65,19 +65,19 @@ class HybridModel:
         return cls(cfg, weights, dtype, device)
 
     def split_gdn_proj(self, y: torch.Tensor):
-        """[..., conv_dim + value_dim + 2 HV] -> (qkv, z, b, a) views."""
+        """[..., conv_dim + value_dim + 2 HV] -> (qkv, z, ba) views; ba = [b | a] (the gates read both, in one
+        pass: artifact.model.layers.gdn_gates)."""
         c = self.cfg
-        hv = c.linear_num_value_heads
-        return torch.split(y, [c.conv_dim, c.value_dim, hv, hv], dim=-1)
+        return torch.split(y, [c.conv_dim, c.value_dim, 2 * c.linear_num_value_heads], dim=-1)
 
     def split_attn_proj(self, y: torch.Tensor):
-        """[..., 2 nq d + 2 nkv d] -> (query [.., nq, d], gate [.., nq*d], key [.., nkv, d], value [.., nkv, d])."""
+        """[..., 2 nq d + 2 nkv d] -> (query [.., nq, d], gate [.., nq, d], key [.., nkv, d], value [.., nkv, d]),
+        all views (the output gate multiplies the attention output per head: no copy to flatten it)."""
         c = self.cfg
         nq, nkv, d = c.num_attention_heads, c.num_key_value_heads, c.head_dim
         qg, k, v = torch.split(y, [2 * nq * d, nkv * d, nkv * d], dim=-1)
         qg = qg.unflatten(-1, (nq, 2 * d))
-        q, gate = qg[..., :d], qg[..., d:]
-        return q, gate.flatten(-2), k.unflatten(-1, (nkv, d)), v.unflatten(-1, (nkv, d))
+        return qg[..., :d], qg[..., d:], k.unflatten(-1, (nkv, d)), v.unflatten(-1, (nkv, d))
 
     def logits(self, hidden: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """hidden [..., H] (already final-normed) -> logits [..., vocab] in the model dtype."""

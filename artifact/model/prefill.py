@@ -48,7 +48,7 @@ def random_prompts(R: int, L: int, vocab: int, seed: int, device="cpu") -> torch
 def _gdn_prefill(model: HybridModel, layer, h, ps: PromptState, chunk: int):
     cfg = model.cfg
     R, L, _ = h.shape
-    qkv, z, b, a = model.split_gdn_proj(h @ layer["in_proj"].t())
+    qkv, z, ba = model.split_gdn_proj(h @ layer["in_proj"].t())
     width = cfg.linear_conv_kernel_dim
     tail = qkv[:, -(width - 1):]
     if L < width - 1:
@@ -59,7 +59,7 @@ def _gdn_prefill(model: HybridModel, layer, h, ps: PromptState, chunk: int):
     q = q.unflatten(-1, (cfg.linear_num_key_heads, cfg.linear_key_head_dim))
     k = k.unflatten(-1, (cfg.linear_num_key_heads, cfg.linear_key_head_dim))
     v = v.unflatten(-1, (cfg.linear_num_value_heads, cfg.linear_value_head_dim))
-    g, beta = gdn_gates(a, b, layer["A_log"], layer["dt_bias"])
+    beta, g = gdn_gates(ba, layer["A_log"], layer["dt_bias"])
     B0 = ps.boundary
     if B0 is None:
         o, S = chunk_gated_delta(q, k, v, g, beta, chunk=chunk)
@@ -86,7 +86,7 @@ def _attn_prefill(model: HybridModel, layer, h, ps: PromptState, cos, sin):
     ps.k_prompt.append(k)
     ps.v_prompt.append(v)
     o = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=cfg.head_dim ** -0.5, enable_gqa=True)
-    o = o.transpose(1, 2).flatten(-2) * torch.sigmoid(gate)
+    o = (o.transpose(1, 2) * torch.sigmoid(gate)).flatten(-2)
     return o @ layer["o_proj"].t()
 
 

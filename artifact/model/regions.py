@@ -8,9 +8,10 @@ opens `CALL` around each decode call (forward or graph replay) and one range per
 `REGIONS` maps each range to its component. Most ranges hold one component. A compiled block (blocks.py)
 holds several, fused between its GEMMs, so it maps to its phases in launch order: the work before the first
 GEMM, the first GEMM (with any split-K reduction or workspace memset next to it), the work between the first
-and second GEMM, and so on -- 2 g + 1 phases for g GEMMs. The GEMM boundaries are data dependencies of the
-block (norm -> projection -> residual + norm -> gate_up -> SwiGLU -> down -> residual), so any scheduler keeps
-them in this order.
+and second GEMM, and so on -- 2 g + 1 phases for g GEMMs (a phase may be empty: a post block ends with its down
+GEMM, its residual add being the next block's norm). The GEMM boundaries are data dependencies of the block
+(residual + norm -> projection; gated norm -> out_proj -> residual + norm -> gate_up -> SwiGLU -> down), so any
+scheduler keeps them in this order.
 """
 from __future__ import annotations
 
@@ -28,13 +29,12 @@ COMPONENTS = (
     "gdn_proj",           # GDN in_proj (q|k|v|z|b|a) and out_proj GEMMs
     "attn_proj",          # attention qkv_proj and o_proj GEMMs, sigmoid output gate
     "gdn_recurrent",      # the path's Stepper: recurrent state read / update / output (reset at call 0)
-    "gdn_conv",           # depthwise causal conv over the window (+ silu) and the gates g, beta
+    "gdn_conv",           # depthwise causal conv over the window (+ silu), the windows' upkeep it writes, gates
     "gdn_norm",           # gated RMSNorm of the GDN output
     "attn_qk_norm_rope",  # q / k RMSNorms and partial rotary
     "attn_prompt",        # attention of every beam over its request's shared prompt KV
     "attn_decode_kv",     # attention over each beam's own decode KV and the exact log-sum-exp merge
     "norms",              # input / post-mixer RMSNorms (with the residual adds fused into them), final norm
-    "conv_state",         # the conv windows following the beam tree (ancestry store / per-beam fork copies)
     "kv_state",           # the decode KV following the beam tree (ancestry store / per-beam fork copies)
     "ancestry",           # the beam tree's ancestry table (ancestry paths)
     "embed",              # token embedding lookup
@@ -44,7 +44,6 @@ REGIONS: dict[str, str | tuple[str, ...]] = {
     "embed": "embed",
     "ancestry": "ancestry",
     "gdn_norm_proj": ("norms", "gdn_proj", "gdn_proj"),
-    "conv_state": "conv_state",
     "gdn_conv": "gdn_conv",
     "gdn_recurrent": "gdn_recurrent",
     "gdn_post": ("gdn_norm", "gdn_proj", "norms", "mlp", "mlp", "mlp", "mlp"),
