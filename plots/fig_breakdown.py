@@ -25,9 +25,16 @@ CSV_NAME = "full_model_breakdown.csv"
 NOT_MEASURED = "not measured yet"
 SUMMARY = ("span", "total")               # rows that are not components
 LOG_SPREAD = 30
-# Components whose floor counts only their weights: the model's floor (artifact/model/cost.py) models no activation
-# reads and writes, which is what these element-wise parts move, so their measured / floor is not shown.
+# Element-wise parts that move activations. Runs of the model whose floor counted weights alone (they also have a
+# separate conv_state component) give these a weights-only floor, so their measured / floor is not shown there;
+# the model's floor now counts activation bytes (artifact/model/cost.py activation_bytes).
 ACTIVATION_BOUND = ("gdn_conv", "gdn_norm", "attn_qk_norm_rope", "norms")
+WEIGHTS_ONLY_MARK = "conv_state"
+
+
+def floor_hidden(rows: pd.DataFrame, component: str) -> bool:
+    """Whether `component`'s floor in these rows (one run's cell) counts weights alone (see ACTIVATION_BOUND)."""
+    return component in ACTIVATION_BOUND and WEIGHTS_ONLY_MARK in set(rows["component"])
 
 NUMERIC = ("R", "W", "T", "O", "prompt_len", "measured_ms", "floor_ms", "bytes", "flops", "ops", "max_abs_err")
 
@@ -92,7 +99,7 @@ def draw(res: Results):
             mark_series(bars, p)
             for y, c, v in zip(ys, comps, vals):
                 f = _value(rows, p, c, "floor_ms")
-                if math.isfinite(f) and f > 0 and c not in ACTIVATION_BOUND:
+                if math.isfinite(f) and f > 0 and not floor_hidden(rows, c):
                     ax.vlines(f, y - height / 2, y + height / 2, colors="black", linewidth=1.6, zorder=4)
                     if math.isfinite(v) and v > 0:
                         ax.annotate(f"{v / f:.1f}×", (v, y), xytext=(3, 0), textcoords="offset points",
@@ -143,11 +150,11 @@ def report_lines(root) -> list[str]:
            "the component's floor (max(bytes / copy bandwidth, FLOPs / matrix rate), the run's measured "
            "ceilings) and measured / floor. `total` is the call as Fig 6 times it, beside the whole-model floor; "
            "`span` the profiled replay's first-to-last kernel time; `idle` its time with no kernel running. "
-           "conv_state, kv_state, ancestry and embed have no floor: the model's floor counts no conv windows, no "
-           "copies that follow the beam tree and (tied embeddings) no separate embedding read "
-           "(artifact/model/cost.py); gdn_conv, gdn_norm, attn_qk_norm_rope and norms have a floor of their weights "
-           "alone (the model's floor counts no activation traffic, which is what these parts move), so their "
-           "measured / floor is left out ('—').", ""]
+           "kv_state, ancestry and embed have no floor: the model's floor counts no copies that follow the beam "
+           "tree and (tied embeddings) no separate embedding read (artifact/model/cost.py). Runs whose model "
+           "kept the FullState conv windows in a component of their own (conv_state, no floor) counted weights "
+           "alone in the floors of gdn_conv, gdn_norm, attn_qk_norm_rope and norms, so those runs leave these "
+           "parts' measured / floor out ('—'); later runs' floors count the activation bytes each part moves.", ""]
     for (prompt, o), rows in df.groupby(["prompt_len", "O"]):
         header = ["component"]
         for p in paths:
@@ -157,7 +164,7 @@ def report_lines(root) -> list[str]:
             line = [c]
             for p in paths:
                 m, f = _value(rows, p, c, "measured_ms"), _value(rows, p, c, "floor_ms")
-                line += [_ms(m), _ms(f), "—" if c in ACTIVATION_BOUND else _ratio(m, f)]
+                line += [_ms(m), _ms(f), "—" if floor_hidden(rows, c) else _ratio(m, f)]
             table.append(line)
         out += [f"**{_prompt_label(prompt)}, O={int(o)}** (method: "
                 f"{', '.join(sorted(rows['method'].astype(str).unique()))})", "",
@@ -165,12 +172,12 @@ def report_lines(root) -> list[str]:
         out += ["| " + " | ".join(line) + " |" for line in table]
         for p in paths:
             r = rows[(rows["path"] == p) & rows["component"].isin(comps)].copy()
-            r.loc[r["component"].isin(ACTIVATION_BOUND), "floor_ms"] = float("nan")
+            r.loc[[floor_hidden(rows, c) for c in r["component"]], "floor_ms"] = float("nan")
             r["excess"] = r["measured_ms"] - r["floor_ms"].fillna(0)
             top = r.sort_values("excess", ascending=False).head(4)
             out.append(f"- {display_name(p)}: most time above its floor in " + ", ".join(
                 f"{t.component} (+{t.excess:.3g} ms, "
-                f"{'floor not modelled' if t.component in ACTIVATION_BOUND else _ratio(t.measured_ms, t.floor_ms)})"
+                f"{'floor not modelled' if floor_hidden(rows, t.component) else _ratio(t.measured_ms, t.floor_ms)})"
                 for t in top.itertuples()) + f"; the modelled floors add up to {_ms(r['floor_ms'].sum())} ms "
                 f"(each at its own bound; the whole model's: {_ms(_value(rows, p, 'total', 'floor_ms'))} ms).")
         out.append("")

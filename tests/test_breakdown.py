@@ -329,7 +329,21 @@ def test_figure_and_report_section_from_a_fake_csv(tmp_path):
     assert "fake-old" not in text and "**prompt 1K, O=5**" in text and "**prompt 5K, O=5**" in text
     assert "| gdn_recurrent | 0.2 | 0.1 | 2.0× | 7 | 3.5 | 2.0× |" in text
     assert "Controlled FullState (index mode): most time above its floor in gdn_recurrent (+3.5 ms, 2.0×)" in text
-    assert "the modelled floors add up to 3.9 ms (each at its own bound; the whole model's: 2.5 ms)" in text
+    assert "the modelled floors add up to 4.1 ms (each at its own bound; the whole model's: 2.5 ms)" in text
+    assert "| gdn_norm | 0.1 | 0.05 | 2.0× |" in text                  # an activation floor: the ratio is shown
+
+
+def test_weights_only_floors_of_older_runs_hide_their_activation_parts_ratio(tmp_path):
+    """A run whose model kept a conv_state component counted weights alone in the element-wise parts' floors:
+    their measured / floor is '—' and they leave the modelled-floor sum."""
+    from plots import fig_breakdown
+    rows = fake_rows()
+    rows += [dict(r, component="conv_state", measured_ms=0.2, floor_ms=math.nan) for r in rows
+             if r["component"] == "embed"]
+    pd.DataFrame(rows).to_csv(tmp_path / fig_breakdown.CSV_NAME, index=False)
+    text = "\n".join(fig_breakdown.report_lines(tmp_path))
+    assert "| gdn_norm | 0.1 | 0.05 | — |" in text
+    assert "the modelled floors add up to 3.9 ms" in text
 
 
 def test_no_csv_says_not_measured_and_draws_no_data(tmp_path):
