@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 
 from artifact.results import COLUMNS, config_hash
 from plots import __main__ as plots_main
-from plots import fig6_full_model, fig7_generality, fig8_sources, fig_breakdown, fig_floor_geometry, paper, report
+from plots import (fig6_full_model, fig7_generality, fig8_sources, fig_beam_scaling, fig_breakdown, fig_floor_geometry,
+                   paper, report)
 from plots.data import load_results, paired_ratio, read_csv
 from plots.ours import measures
 from plots.style import setup
@@ -111,6 +112,8 @@ def fake(tmp_path_factory):
     write_results(root, operator_rows() + fig8_rows() + full_model_rows())
     from test_breakdown import fake_rows            # the per-component breakdown's own FAKE table
     pd.DataFrame(fake_rows()).to_csv(root / fig_breakdown.CSV_NAME, index=False)
+    from test_beam_scaling import fake_beam_rows    # the beam_scaling suite's FAKE tables
+    fake_beam_rows(root)
     setup()
     return load_results(root)
 
@@ -203,8 +206,9 @@ def test_empty_results_say_not_measured_and_no_data(tmp_path):
     no_kernel = [n for n in paper.NUMBERS if any(f".{s}." in f"{n.key}." for s in paper.NO_KERNEL)]
     assert no_kernel and text.count("none: no GDN kernel") == len(no_kernel)
     # + the breakdown section + the line naming the registered paths with no rows (here: all of them)
-    assert text.count(report.NOT_MEASURED) == len(paper.NUMBERS) - len(no_kernel) + 2
-    for mod in (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, fig_breakdown):
+    # + the depth and width scaling section
+    assert text.count(report.NOT_MEASURED) == len(paper.NUMBERS) - len(no_kernel) + 3
+    for mod in (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, fig_breakdown, fig_beam_scaling):
         assert "no data yet" in texts(mod.draw(res))
 
 
