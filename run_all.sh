@@ -64,7 +64,7 @@ declare -A EXPECTED=()
 load_expected() {
   local dir=$1 s t
   while IFS=$'\t' read -r s t; do [ -n "$s" ] && EXPECTED[$dir/$s]=$t; done < <(
-    "$PY" -m plots.report expected operator recurrent_path full_model traffic --results "$dir" --fallback "" \
+    "$PY" -m plots.report expected operator recurrent_path full_model traffic beam_scaling --results "$dir" --fallback "" \
       2>/dev/null)
   return 0
 }
@@ -156,6 +156,10 @@ gpu_suites() {  # every suite into $RUN_DIR; several GPUs shard the operator sui
   else
     say "traffic suite skipped: Nsight Compute (ncu) is not on PATH"
   fi
+  # beyond the paper; the estimate: 10 depths x 12 paths and one width cell per path, cold compile cache
+  stage "beam_scaling suite, per-step latency vs depth O=2..32 and the widest beam per path (beyond the paper)" \
+    "$(expected beam_scaling '6-9 min (estimate)')" \
+    "$PY" -m sweeps.run suite=beam_scaling results_dir="$RUN_DIR"
 }
 
 quick_gpu() {
@@ -232,7 +236,7 @@ case "$cmd" in
     ensure_env
     if has_gpu; then
       load_expected results
-      say "GPU found: every suite (operator $(expected operator '?'), full_model $(expected full_model '?'), recurrent_path $(expected recurrent_path '?'), traffic $(expected traffic '?'), as recorded on one H200), then figures and the self-check"
+      say "GPU found: every suite (operator $(expected operator '?'), full_model $(expected full_model '?'), recurrent_path $(expected recurrent_path '?'), traffic $(expected traffic '?'), beam_scaling $(expected beam_scaling '6-9 min, estimate'), as recorded on one H200), then figures and the self-check"
       setup_baselines
       new_run_dir reproduce
       gpu_suites

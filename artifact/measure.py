@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from artifact.timing import EAGER_REPLAY, GRAPH_REPLAY, capture_graph, time_replay
+from artifact.timing import (EAGER_REPLAY, GRAPH_REPLAY, Timing, capture_graph, time_replay, time_sequence,
+                             warm_up)
 from artifact.workload import Workload
 
 DEFAULT_TOLERANCE = 4.88e-4   # the paper's max |o - o_fp32| over its 405 shapes (2^-11)
@@ -77,14 +78,22 @@ def same_tolerance(a: float, b: float) -> bool:
     return f"{a:.2e}" == f"{b:.2e}"
 
 
+ERR_CHUNK = 1 << 26          # elements compared at once: three fp64 temporaries of 512 MiB, whatever the cell's size
+
+
 def max_abs_err(out: torch.Tensor, ref: torch.Tensor) -> float:
-    """max |out - ref| in fp64; NaN/Inf anywhere (e.g. an unwritten poisoned element) gives inf."""
+    """max |out - ref| in fp64; NaN/Inf anywhere (e.g. an unwritten poisoned element) gives inf. Compared in
+    chunks of ERR_CHUNK elements, so the fp64 temporaries stay small beside a cell that fills the device."""
     if out.shape != ref.shape:
         raise ValueError(f"output shape {tuple(out.shape)} != reference {tuple(ref.shape)}")
-    d = (out.double() - ref.double()).abs()
-    if not torch.isfinite(d).all():
-        return math.inf
-    return float(d.max())
+    o, r = out.reshape(-1), ref.reshape(-1)
+    worst = 0.0
+    for i in range(0, o.numel(), ERR_CHUNK):
+        d = (o[i:i + ERR_CHUNK].double() - r[i:i + ERR_CHUNK].double()).abs()
+        if not torch.isfinite(d).all():
+            return math.inf
+        worst = max(worst, float(d.max()))
+    return worst
 
 
 def _capture(path, static: Workload):
@@ -126,6 +135,69 @@ def check_and_time(path, wl: Workload, ref: torch.Tensor, tolerance: float = DEF
     else:
         res.timer = "none (CPU: correctness only)" if not on_gpu else "not timed"
     return res
+
+
+@dataclass
+class StepsResult:
+    """The gate and the per-step times of one decode replayed step by step (check_and_time_steps)."""
+
+    status: str                      # ok | failed
+    reason: str = ""
+    max_abs_err: float = math.nan
+    steps: list[Timing] = field(default_factory=list)      # step t's own time, t = 0 .. T-1 (none on a CPU)
+    timer: str = ""
+
+
+def check_and_time_steps(path, wl: Workload, ref: torch.Tensor, tolerance: float = DEFAULT_TOLERANCE,
+                         repeats: int = 30, warmup: int = 2, time_it: bool = True) -> StepsResult:
+    """Gate, then time each decode step on its own: the per-step twin of check_and_time, for a StepperPath.
+
+    On a GPU one CUDA graph per step (step 0's also holds the reset), all in one memory pool, captured on scrambled
+    inputs after two eager warm-up decodes; the real workload is copied in, the output poisoned, the graphs
+    replayed in order and the output compared with the FP32 FullState reference, so the per-step graphs are
+    gated as the whole-decode graph is. Only a passing decode is timed (artifact.timing.time_sequence: each step
+    between its own events, in order, L2 flushed before step 0). On a CPU the steps run eagerly and are checked
+    only. Exceptions propagate: the caller records them."""
+    from artifact.paths import StepperPath
+    if not isinstance(path, StepperPath) or not getattr(path, "capturable", True):
+        raise ValueError(f"{path.name}: per-step timing needs a capturable StepperPath")
+    on_gpu = wl.device.type == "cuda"
+    static = scramble_(wl.clone()) if on_gpu else wl
+    path.prepare(static)
+    st, out = path.stepper, path.out
+
+    def step(t):
+        def call():
+            if t == 0:
+                st.reset(static.s_ctx)
+            st.step(t, static.q[t], static.k[t], static.v[t], static.g[t], static.beta[t], static.parents[t],
+                    out[t])
+            return out[t]
+        return call
+
+    calls = [step(t) for t in range(wl.T)]
+    if not on_gpu:
+        for call in calls:
+            call()
+        err = max_abs_err(out, ref)
+        status, reason = ("ok", "") if err <= tolerance else ("failed", f"max_abs_err {err:.3e} > tolerance "
+                                                                         f"{tolerance:.3e} (per-step run)")
+        return StepsResult(status, reason, err, timer="none (CPU: correctness only)")
+    warm_up(lambda: [call() for call in calls], 2)
+    pool = torch.cuda.graph_pool_handle()
+    graphs = [capture_graph(call, warmup=0, pool=pool)[0] for call in calls]
+    static.copy_(wl)
+    out.fill_(math.nan)
+    for g in graphs:
+        g.replay()
+    torch.cuda.synchronize()
+    err = max_abs_err(out, ref)
+    if not err <= tolerance:
+        return StepsResult("failed", f"max_abs_err {err:.3e} > tolerance {tolerance:.3e} (per-step graphs)", err)
+    if not time_it:
+        return StepsResult("ok", "", err, timer="not timed")
+    steps = time_sequence([g.replay for g in graphs], repeats, warmup)
+    return StepsResult("ok", "", err, steps, steps[0].timer)
 
 
 def device_free_bytes(device) -> int:

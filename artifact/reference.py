@@ -11,6 +11,7 @@ import contextlib
 import torch
 
 from artifact.ancestry import AncestryIndex
+from artifact.ancestry import build as build_ancestry
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
 from artifact.workload import Geometry, Workload, l2norm
@@ -38,6 +39,18 @@ def _per_value_head(x: torch.Tensor, geo: Geometry) -> torch.Tensor:
     return x.repeat_interleave(geo.group, dim=-2)
 
 
+def fullstate_update(S, q, k, v, g, beta, geo: Geometry, dt):
+    """One GDN step of per-beam states S [R, W, HV, V, K] in `dt` (docs/design.md §1): the new states and
+    o [R, W, HV, V]. The one update of both FullState references (per step, and along ancestry chains)."""
+    qh, kh = normed_qk(q, k, geo, dt)
+    qh, kh = _per_value_head(qh, geo), _per_value_head(kh, geo)     # [R, W, HV, K]
+    alpha = torch.exp(g.to(dt))
+    pred = alpha[..., None] * torch.einsum("rwhvk,rwhk->rwhv", S, kh)
+    delta = beta.to(dt)[..., None] * (v.to(dt) - pred)
+    S = alpha[..., None, None] * S + delta[..., None] * kh[..., None, :]
+    return S, torch.einsum("rwhvk,rwhk->rwhv", S, qh)
+
+
 class TorchFullStateStepper(Stepper):
     """Per-beam FullState in plain torch: one [HV, V, K] state per beam, the parent's state copied to each
     child every step (a gather into a new pool)."""
@@ -61,13 +74,8 @@ class TorchFullStateStepper(Stepper):
             S = self.s_ctx.to(dt)[:, None].expand(self.R, self.W, geo.hv, geo.v, geo.k)
         else:
             S = _gather_beams(self.S, parents)                    # each child gets its parent's state
-        qh, kh = normed_qk(q, k, geo, dt)
-        qh, kh = _per_value_head(qh, geo), _per_value_head(kh, geo)     # [R, W, HV, K]
-        alpha = torch.exp(g.to(dt))
-        pred = alpha[..., None] * torch.einsum("rwhvk,rwhk->rwhv", S, kh)
-        delta = beta.to(dt)[..., None] * (v.to(dt) - pred)
-        self.S = alpha[..., None, None] * S + delta[..., None] * kh[..., None, :]
-        out.copy_(torch.einsum("rwhvk,rwhk->rwhv", self.S, qh))
+        self.S, o = fullstate_update(S, q, k, v, g, beta, geo, dt)
+        out.copy_(o)
         return out
 
     def persistent_bytes(self):
@@ -143,13 +151,43 @@ def _decode(stepper: Stepper, wl: Workload, dtype, r: slice = slice(None)) -> to
     return o
 
 
-def fullstate_decode(wl: Workload, dtype=torch.float32) -> torch.Tensor:
-    """Per-beam FullState decode in `dtype` (float32 or float64); one request at a time to bound memory."""
+def fullstate_decode(wl: Workload, dtype=torch.float32, beams: int | None = None) -> torch.Tensor:
+    """Per-beam FullState decode in `dtype` (float32 or float64); one request at a time to bound memory.
+    `beams`: hold at most this many beam states at once, for widths whose W states of one request do not fit
+    (`fullstate_chains`); None holds one request's W states."""
     if dtype not in (torch.float32, torch.float64):
         raise ValueError(f"fullstate_decode dtype must be float32 or float64, got {dtype}")
+    if beams is not None and beams < wl.W:
+        return fullstate_chains(wl, beams, dtype)
     outs = [_decode(TorchFullStateStepper(wl.geometry, 1, wl.W, wl.T, wl.device, dtype), wl, dtype,
                     slice(r, r + 1)) for r in range(wl.R)]
     return torch.cat(outs, dim=1)
+
+
+def fullstate_chains(wl: Workload, beams: int, dtype=torch.float32) -> torch.Tensor:
+    """fullstate_decode's outputs with at most `beams` beam states in memory: the output of beam b at step t is
+    the last of t + 1 FullState updates along b's ancestral chain from s_ctx (its ancestor at depth j < t is the
+    beam h_t(b, j) of step j, artifact.ancestry), computed for blocks of `beams` beams at a time. The same
+    update as the per-step reference (fullstate_update), T(T + 1) / 2 state updates per beam instead of T."""
+    if beams < 1:
+        raise ValueError(f"fullstate_chains: beams must be >= 1, got {beams}")
+    geo, T, R, W = wl.geometry, wl.T, wl.R, wl.W
+    anc = build_ancestry(wl.parents)                                   # [T, R, W, T]
+    o = torch.empty(T, R, W, geo.hv, geo.v, dtype=dtype, device=wl.device)
+    with full_precision():
+        for r in range(R):
+            s_ctx = wl.s_ctx[r].to(dtype)
+            for t in range(T):
+                for b0 in range(0, W, beams):
+                    block = torch.arange(b0, min(W, b0 + beams), device=wl.device)
+                    S = s_ctx[None, None].expand(1, len(block), geo.hv, geo.v, geo.k)
+                    for j in range(t + 1):
+                        rows = anc[t, r, block, j].long() if j < t else block
+                        S, out = fullstate_update(S, wl.q[j, r, rows][None], wl.k[j, r, rows][None],
+                                                  wl.v[j, r, rows][None], wl.g[j, r, rows][None],
+                                                  wl.beta[j, r, rows][None], geo, dtype)
+                    o[t, r, b0:b0 + len(block)] = out[0]
+    return o
 
 
 def token_input_bytes(geometry: Geometry, elem: int = 2) -> int:

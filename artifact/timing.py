@@ -11,6 +11,9 @@
   per-call graph replays with beam selection between them, which stays outside the timed intervals). Each
   sample is the sum of its intervals, each measured by a pair of CUDA events. The host enqueues every sample
   before it reads any event, behind a short GPU sleep, so the GPU never waits for a launch inside an interval.
+- `time_sequence(calls, repeats, warmup)`: each call's own time inside a sequence replayed in order (a decode's
+  per-step graphs): per sample, a GPU sleep long enough for the host to enqueue the whole sample, an L2 flush
+  (as do_bench's), then each call between a pair of CUDA events; one `Timing` per call.
 
 Both return a `Timing`. Two summary conventions are kept, each where its rows were measured with it, so
 recorded rows stay comparable: "torch" (the lower middle sample, as torch.median picks it, and
@@ -138,19 +141,15 @@ def record_each(calls: Sequence[Callable], before: Callable | None = None) -> Ca
     return run
 
 
-def _get_ahead() -> None:
-    """Give the GPU a little work so the host's first enqueued event does not wait on the host."""
+def _get_ahead(cycles: int = 2_000_000) -> None:
+    """Give the GPU work (a sleep of `cycles` SM clocks) so the host's next enqueued events do not wait on the
+    host."""
     if hasattr(torch.cuda, "_sleep"):
-        torch.cuda._sleep(2_000_000)
+        torch.cuda._sleep(cycles)
 
 
-def time_events(run: Callable, repeats: int, warmup: int = 0, intervals: int = 1, stats: str = "statistics",
-                timer: str = "") -> Timing:
-    """Time `repeats` samples of `run` with CUDA events.
-
-    run(events) makes one sample and records events[i][0] / events[i][1] (CUDA events) around its i-th timed
-    interval, i < `intervals`; the sample is the sum of its intervals. run(None) is a warm-up sample: the
-    same work, nothing recorded. `warmup` warm-up samples run first, then the device is synchronized."""
+def _event_samples(run: Callable, repeats: int, warmup: int, intervals: int) -> list[list[float]]:
+    """Per sample, the ms of each of its `intervals` timed intervals (time_events' protocol)."""
     for _ in range(warmup):
         run(None)
     torch.cuda.synchronize()
@@ -160,4 +159,42 @@ def time_events(run: Callable, repeats: int, warmup: int = 0, intervals: int = 1
     for ev in events:
         run(ev)
     torch.cuda.synchronize()
-    return Timing.of([sum(s.elapsed_time(e) for s, e in ev) for ev in events], stats, timer)
+    return [[s.elapsed_time(e) for s, e in ev] for ev in events]
+
+
+def time_events(run: Callable, repeats: int, warmup: int = 0, intervals: int = 1, stats: str = "statistics",
+                timer: str = "") -> Timing:
+    """Time `repeats` samples of `run` with CUDA events.
+
+    run(events) makes one sample and records events[i][0] / events[i][1] (CUDA events) around its i-th timed
+    interval, i < `intervals`; the sample is the sum of its intervals. run(None) is a warm-up sample: the
+    same work, nothing recorded. `warmup` warm-up samples run first, then the device is synchronized."""
+    return Timing.of([sum(ms) for ms in _event_samples(run, repeats, warmup, intervals)], stats, timer)
+
+
+# Host time to enqueue one call of a sequence (a graph launch and two event records take ~10-20 us on the
+# host); the GPU sleep before each sample covers this per call, twice over, so no interval waits on the host.
+HOST_ENQUEUE_MS = 0.05
+SLEEP_CYCLES_PER_MS = 2_000_000         # SM clocks per ms at 2 GHz (the H200's boost clock is 1.98 GHz)
+SEQUENCE_TIMER = ("cuda_graph_per_step+cuda_events(each step's own interval, steps replayed in order; "
+                  "L2 flushed before step 0; median of {n} decodes, warmup {w})")
+
+
+def time_sequence(calls: Sequence[Callable], repeats: int, warmup: int = 2, stats: str = "torch") -> list[Timing]:
+    """Each call's own GPU time inside the sequence `calls` replayed in order, one Timing per call.
+
+    A sample replays every call once, in order: first (untimed) a GPU sleep long enough for the host to enqueue
+    the whole sample, so no interval includes a wait for a launch, and an L2 flush (do_bench's buffer), so every
+    sample starts cold as a do_bench replay does; then each call between its own pair of CUDA events, with no
+    flush between calls (a call sees the cache the previous call left, as in one decode)."""
+    import triton
+    cache = triton.runtime.driver.active.get_empty_cache_for_benchmark()
+    cycles = int(SLEEP_CYCLES_PER_MS * 2 * HOST_ENQUEUE_MS * (len(calls) + 1))
+
+    def before():
+        _get_ahead(cycles)
+        triton.runtime.driver.active.clear_cache(cache)
+
+    samples = _event_samples(record_each(calls, before=before), repeats, warmup, len(calls))
+    timer = SEQUENCE_TIMER.format(n=repeats, w=warmup)
+    return [Timing.of([s[i] for s in samples], stats, timer) for i in range(len(calls))]

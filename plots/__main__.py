@@ -9,13 +9,14 @@ import argparse
 import time
 from pathlib import Path
 
-from plots import fig6_full_model, fig7_generality, fig8_sources, fig_breakdown, fig_floor_geometry, report
+from plots import (fig6_full_model, fig7_generality, fig8_sources, fig_beam_scaling, fig_breakdown,
+                   fig_floor_geometry, report)
 from plots.data import load_results
 from plots.style import setup
 
 REPO = Path(__file__).resolve().parent.parent
 
-FIGURES = (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, fig_breakdown)
+FIGURES = (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, fig_breakdown, fig_beam_scaling)
 
 
 def main(argv: list[str] | None = None) -> list[Path]:

@@ -24,7 +24,7 @@ import pandas as pd
 
 from artifact.results import COLUMNS, PROVENANCE, ResultsFileError, read_table, repair_command
 
-SUITES = ("operator", "recurrent_path", "traffic", "full_model", "smoke")
+SUITES = ("operator", "recurrent_path", "traffic", "full_model", "smoke", "beam_scaling")
 SHAPE_KEY = ("geometry", "R", "W", "T", "prompt_len", "lineage", "seed")
 NUMERIC = ("R", "W", "T", "O", "HK", "HV", "K", "V", "prompt_len", "seed", "latency_ms", "p20_ms", "p80_ms",
            "floor_ms", "launch_floor_ms", "persistent_bytes", "written_bytes", "dram_read_bytes", "dram_write_bytes",

@@ -15,7 +15,7 @@ import os
 import sys
 from pathlib import Path
 
-from plots import fig_breakdown, paper
+from plots import fig_beam_scaling, fig_breakdown, paper
 from plots.data import SHAPE_KEY, SUITES, Results
 from plots.ours import MODE_KEYS, index_measures, measures, mode_paths
 from plots.style import INDEX_MODE, PAPER_MODE
@@ -205,6 +205,7 @@ def build(res: Results, figures: list[Path] | None = None, report_dir: Path = Pa
              "## Numbers to reproduce", "", *paper_vs_ours(res), "",
              "## Where a decode call's time goes (not in the paper)", "", *fig_breakdown.report_lines(res.root), "",
              "## OneLA against its floors per geometry (not in the paper)", "", *floors_per_geometry(res), "",
+             "## Depth and width scaling (beyond the paper)", "", *fig_beam_scaling.report_lines(res), "",
              "## Inputs", "", *inputs(res), "",
              "## Environment (from results/env/<run_id>.json)", "", *environment(res), "",
              "## Cells that were skipped or failed", "", *not_run(res), ""]

@@ -13,17 +13,31 @@ RUNNERS: dict[str, str] = {
     "operator": "sweeps.suites.operator:run_cells",        # operator, recurrent_path, smoke
     "full_model": "sweeps.suites.full_model:run_cells",    # full_model (Fig 6)
     "traffic": "sweeps.suites.traffic:run_cells",          # traffic (Fig 8c): DRAM counters
+    "beam_scaling": "sweeps.suites.beam_scaling:run_cells",  # beam_scaling (beyond the paper): depth and width
 }
 
 # A runner's own knobs: the config section of that name is typed by this dataclass (sweeps.schema).
 RUNNER_SETTINGS: dict[str, str] = {
     "full_model": "sweeps.suites.full_model:FullModelSettings",
     "traffic": "sweeps.suites.traffic:TrafficOptions",
+    "beam_scaling": "sweeps.suites.beam_scaling:BeamScalingSettings",
+}
+
+# A runner whose suite has cells beyond its R x W x T grid: (spec, device) -> more shapes, each a list of cells
+# made by sweeps.spec.make_cell, enumerated after the grid's (e.g. one width cell per path at that path's limit).
+RUNNER_SHAPES: dict[str, str] = {
+    "beam_scaling": "sweeps.suites.beam_scaling:width_shapes",
 }
 
 
 class RunnerUnavailable(RuntimeError):
     """The runner's module or function cannot be loaded."""
+
+
+def load_object(target: str):
+    """The object a "module:name" entry of these tables names."""
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def load_runner(name: str) -> Callable:

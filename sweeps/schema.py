@@ -119,6 +119,7 @@ class SweepConfig:
     # own settings dataclass (sweeps.runners.RUNNER_SETTINGS), so typos fail at composition here too.
     full_model: Any = field(default_factory=lambda: runner_settings("full_model"))
     traffic: Any = field(default_factory=lambda: runner_settings("traffic"))
+    beam_scaling: Any = field(default_factory=lambda: runner_settings("beam_scaling"))
 
 
 def runner_settings(runner: str):

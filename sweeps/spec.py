@@ -1,8 +1,9 @@
 """From a composed config to the list of cells a run must measure (validated before any cell runs).
 
 Cells are enumerated shape-major (geometry, R, W, T, prompt_len; paths innermost) so a runner can build each
-workload and its FP32 reference once and reuse them for every path of that shape. Shards split whole shapes:
-shard i of n takes the shapes whose index in that order is i mod n.
+workload and its FP32 reference once and reuse them for every path of that shape; a runner listed in
+sweeps.runners.RUNNER_SHAPES adds its own shapes after the grid's. Shards split whole shapes: shard i of n takes
+the shapes whose index in that order is i mod n.
 """
 from __future__ import annotations
 
@@ -11,11 +12,11 @@ import importlib
 import math
 import re
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from artifact.paths import PATHS
 from artifact.results import COLUMNS, config_hash
@@ -51,6 +52,7 @@ class SweepSpec:
     tolerance: float
     shard_index: int
     shard_count: int
+    settings: dict = field(default_factory=dict)    # the runner's own config section (RUNNER_SETTINGS), plain
 
     @property
     def sharded(self) -> bool:
@@ -202,14 +204,47 @@ def validate(cfg: DictConfig) -> SweepSpec:
         T=_int_list(cfg.shape.T, "shape.T", 1),
         prompt_len=_int_list(cfg.shape.prompt_len, "shape.prompt_len", 0, allow_none=True),
         lineage=cfg.lineage, seed=cfg.seed, tolerance=float(cfg.tolerance),
-        shard_index=cfg.shard.index, shard_count=cfg.shard.count)
+        shard_index=cfg.shard.index, shard_count=cfg.shard.count, settings=_runner_settings(cfg))
+
+
+def _runner_settings(cfg: DictConfig) -> dict:
+    """The suite's runner's own section (sweeps.runners.RUNNER_SETTINGS) as plain values, checked by its settings
+    class's `check_values()` where it has one ({} for a runner without settings)."""
+    from sweeps.runners import RUNNER_SETTINGS, load_object
+    runner = cfg.suite.runner
+    section = cfg.get(runner) if runner in RUNNER_SETTINGS else None
+    if not isinstance(section, DictConfig):
+        return {}
+    values = OmegaConf.to_container(section, resolve=True)
+    try:
+        settings = load_object(RUNNER_SETTINGS[runner])(**values)
+    except (ImportError, AttributeError, TypeError):
+        return values                            # the suite fails when its runner loads, naming the error
+    check = getattr(settings, "check_values", None)
+    if callable(check):
+        try:
+            check()
+        except ValueError as e:
+            raise ConfigError(f"config key {runner}.{e}") from None
+    return values
+
+
+def make_cell(spec: SweepSpec, path: str, geo_name: str, geo: Geometry, R: int, W: int, T: int,
+              prompt_len: int) -> dict:
+    """One cell: its defining fields and its config_hash (hashed with the suite's join key)."""
+    cell = dict(suite=spec.suite, path=path, geometry=geo_name, R=R, W=W, T=T, O=T + 1, HK=geo.hk, HV=geo.hv,
+                K=geo.k, V=geo.v, prompt_len=prompt_len, lineage=spec.lineage, seed=spec.seed,
+                tolerance=spec.tolerance)
+    cell["config_hash"] = config_hash({**cell, "join_key": spec.join_key})
+    return cell
 
 
 def shape_cells(spec: SweepSpec, device: torch.device) -> list[list[dict]]:
     """All shapes of the suite (all shards), each as its list of cells (one per path), in sweep order.
 
     A cell holds only its defining fields plus its config_hash; prompt_len None is resolved to the
-    device default so the hash names the real prompt length.
+    device default so the hash names the real prompt length. A runner's own shapes (RUNNER_SHAPES) follow the
+    grid's, less any cell the grid already holds (one row per cell).
     """
     shapes = []
     for geo_name, geo in spec.geometries.items():
@@ -218,14 +253,16 @@ def shape_cells(spec: SweepSpec, device: torch.device) -> list[list[dict]]:
                 for T in spec.T:
                     for pl in spec.prompt_len:
                         prompt_len = default_prompt_len(device) if pl is None else pl
-                        cells = []
-                        for path in spec.paths:
-                            cell = dict(suite=spec.suite, path=path, geometry=geo_name, R=R, W=W, T=T, O=T + 1,
-                                        HK=geo.hk, HV=geo.hv, K=geo.k, V=geo.v, prompt_len=prompt_len,
-                                        lineage=spec.lineage, seed=spec.seed, tolerance=spec.tolerance)
-                            cell["config_hash"] = config_hash({**cell, "join_key": spec.join_key})
-                            cells.append(cell)
-                        shapes.append(cells)
+                        shapes.append([make_cell(spec, path, geo_name, geo, R, W, T, prompt_len)
+                                       for path in spec.paths])
+    from sweeps.runners import RUNNER_SHAPES, load_object
+    if spec.runner in RUNNER_SHAPES:
+        seen = {c["config_hash"] for cells in shapes for c in cells}
+        for cells in load_object(RUNNER_SHAPES[spec.runner])(spec, device):
+            cells = [c for c in cells if c["config_hash"] not in seen]
+            seen.update(c["config_hash"] for c in cells)
+            if cells:
+                shapes.append(cells)
     return shapes
 
 

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 
 from artifact.results import COLUMNS, config_hash
 from plots import __main__ as plots_main
-from plots import fig6_full_model, fig7_generality, fig8_sources, fig_breakdown, fig_floor_geometry, paper, report
+from plots import (fig6_full_model, fig7_generality, fig8_sources, fig_beam_scaling, fig_breakdown, fig_floor_geometry,
+                   paper, report)
 from plots.data import load_results, paired_ratio, read_csv
 from plots.ours import MODE_KEYS, index_measures, measures
 from plots.style import INDEX_MODE, PAPER_MODE, colour, display_name, hatch, setup
@@ -123,6 +124,8 @@ def _fake_results(root, paper: bool):
     write_results(root, operator_rows(paper=paper) + fig8_rows(paper=paper) + full_model_rows(paper=paper))
     from test_breakdown import fake_rows            # the per-component breakdown's own FAKE table
     pd.DataFrame(fake_rows()).to_csv(root / fig_breakdown.CSV_NAME, index=False)
+    from test_beam_scaling import fake_beam_rows    # the beam_scaling suite's FAKE tables
+    fake_beam_rows(root)
     setup()
     return load_results(root)
 
@@ -253,10 +256,10 @@ def test_empty_results_say_not_measured_and_no_data(tmp_path):
     # a paper system with no released GDN kernel says so whatever was measured; every other number is not yet
     no_kernel = [n for n in paper.NUMBERS if any(f".{s}." in f"{n.key}." for s in paper.NO_KERNEL)]
     assert no_kernel and text.count("none: no GDN kernel") == len(no_kernel)
-    # + each FullState number's index-mode row, the header's word on the pairing, the breakdown section and the
-    # line naming the registered paths with no rows (here: all of them)
-    assert text.count(report.NOT_MEASURED) == len(paper.NUMBERS) - len(no_kernel) + len(MODE_KEYS) + 3
-    for mod in (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, fig_breakdown):
+    # + each FullState number's index-mode row, the header's word on the pairing, the breakdown section, the
+    # line naming the registered paths with no rows (here: all of them) and the depth and width scaling section
+    assert text.count(report.NOT_MEASURED) == len(paper.NUMBERS) - len(no_kernel) + len(MODE_KEYS) + 4
+    for mod in (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, fig_breakdown, fig_beam_scaling):
         assert "no data yet" in texts(mod.draw(res))
 
 

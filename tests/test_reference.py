@@ -48,3 +48,16 @@ def test_prefill_state_has_post_prefill_magnitude():
     assert torch.isfinite(s).all() and 0.05 < s.abs().max() < 10
     wl0 = make_workload("qwen3_5_0_8b", R=1, W=2, T=1, seed=0, prompt_len=0)
     assert wl0.s_ctx.abs().max() == 0
+
+
+@pytest.mark.parametrize("lineage", LINEAGES)
+@pytest.mark.parametrize("beams", [1, 2, 4])
+def test_chained_fullstate_equals_the_per_step_reference(lineage, beams):
+    """fullstate_chains (blocks of beams along their ancestral chains, for widths whose states do not fit) gives the
+    per-step FullState reference's outputs: exactly in fp64's rounding, and within fp32's in fp32."""
+    wl = make_workload(Geometry(2, 4, 16, 32), R=2, W=5, T=5, lineage=lineage, seed=7, prompt_len=12)
+    for dtype, atol in ((torch.float64, 1e-12), (torch.float32, 1e-6)):
+        ref = fullstate_decode(wl, dtype)
+        got = fullstate_decode(wl, dtype, beams=beams)
+        assert got.dtype == dtype and torch.allclose(got, ref, rtol=0, atol=atol)
+    assert fullstate_decode(wl, beams=wl.W).equal(fullstate_decode(wl))      # a block of every beam: per step

@@ -30,7 +30,7 @@ from sweeps.suites import operator as operator_runner
 from sweeps.tables import ResultsFileError, fold_rerun, merge_shards, read_rows, write_rows
 
 REPO = Path(__file__).resolve().parents[1]
-SUITES = ("operator", "recurrent_path", "traffic", "full_model", "smoke")
+SUITES = ("operator", "recurrent_path", "traffic", "full_model", "smoke", "beam_scaling")
 CPU = torch.device("cpu")
 REFS = "path=[reference_fullstate,reference_replay]"
 

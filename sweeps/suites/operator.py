@@ -56,7 +56,11 @@ def _row(cell: dict, status: str, reason: str = "", **measured) -> dict:
 
 
 
-def _run_shape(cells: list[dict], ctx: RunContext) -> Iterator[dict]:
+def _run_shape(cells: list[dict], ctx: RunContext, measure=None, reference=None) -> Iterator[dict]:
+    """One shape's rows. `measure(cell, wl, ref, ctx) -> row` (default run_cell) and `reference(wl) -> o`
+    (default fullstate_decode) let another runner (beam_scaling) add to a cell's measurement or bound the
+    reference's memory, with this shape's supports / build / release protocol."""
+    measure, reference = measure or run_cell, reference or fullstate_decode
     c0 = cells[0]
     geo = Geometry(c0["HK"], c0["HV"], c0["K"], c0["V"])
     shape = Shape(c0["R"], c0["W"], c0["T"])
@@ -79,7 +83,7 @@ def _run_shape(cells: list[dict], ctx: RunContext) -> Iterator[dict]:
     try:
         wl = make_workload(geo, shape.R, shape.W, shape.T, lineage=c0["lineage"], seed=c0["seed"],
                            device=ctx.device, prompt_len=c0["prompt_len"])
-        ref = fullstate_decode(wl)
+        ref = reference(wl)
         ctx.charge(BUILD, time.monotonic() - t0)
     except torch.cuda.OutOfMemoryError as e:
         free_device_memory(ctx.device)
@@ -93,7 +97,7 @@ def _run_shape(cells: list[dict], ctx: RunContext) -> Iterator[dict]:
 
     for cell in runnable:
         ctx.started(cell)
-        row = run_cell(cell, wl, ref, ctx)       # its path's state (pools, graphs) is freed on return
+        row = measure(cell, wl, ref, ctx)        # its path's state (pools, graphs) is freed on return
         if row["status"] == "failed" and not cuda_context_alive(ctx.device):
             yield row
             raise CudaContextLost(f"CUDA context unusable after {cell['path']} failed ({row['reason']}); "
