@@ -103,20 +103,31 @@ def merge_shards(results_dir: Path, suite: str, notes: list[str] | None = None) 
     return target, len(merged) - before
 
 
-def _fold_side_table(target: Path, source: Path, hashes: set) -> None:
-    """Replace (or add) the rows of `hashes` in side table `target` by `source`'s, keeping target's columns."""
+def _side_tables(rerun_dir: Path, suite: str) -> list[Path]:
+    """The suite's side tables in a re-run folder: <suite>_*.csv files keyed by config_hash. A file of that name
+    pattern without a config_hash column is a table of its own (e.g. full_model_breakdown.csv), not a side table."""
+    out = []
+    for p in sorted(rerun_dir.glob(f"{suite}_*.csv")):
+        with open(p, newline="") as f:
+            if "config_hash" in (csv.DictReader(f).fieldnames or ()):
+                out.append(p)
+    return out
+
+
+def _folded_side_rows(target: Path, source: Path, hashes: set) -> tuple[list[dict], list[str]] | None:
+    """Side table `target` with the rows of `hashes` replaced (or added) by `source`'s, in target's columns;
+    None when `source` holds none of them."""
     with open(source, newline="") as f:
         new = {r["config_hash"]: r for r in csv.DictReader(f) if r["config_hash"] in hashes}
     if not new:
-        return
+        return None
     old, cols = [], list(next(iter(new.values())).keys())
     if target.exists():
         with open(target, newline="") as f:
             reader = csv.DictReader(f)
             cols, old = list(reader.fieldnames or cols), list(reader)
     seen = {r["config_hash"] for r in old}
-    write_rows(target, [new.get(r["config_hash"], r) for r in old] + [r for h, r in new.items() if h not in seen],
-               cols)
+    return [new.get(r["config_hash"], r) for r in old] + [r for h, r in new.items() if h not in seen], cols
 
 
 def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple[str, ...] = (),
@@ -136,11 +147,10 @@ def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple
     results_dir, rerun_dir = Path(results_dir), Path(rerun_dir)
     notes = [] if notes is None else notes
     target, source = results_dir / f"{suite}.csv", rerun_dir / f"{suite}.csv"
-    for p in (target, source):
-        if not p.exists():
-            raise ResultsFileError(f"no results file {p}")
+    if not source.exists():
+        raise ResultsFileError(f"no results file {source}")
     with table_lock(target), table_lock(source):
-        rows = _whole_rows(target, notes)
+        rows = _whole_rows(target, notes) if target.exists() else []     # a suite's first rows start its table
         incoming = _whole_rows(source, notes)
         index = {r["config_hash"]: i for i, r in enumerate(rows)}
         held = {r["run_id"] for r in rows}
@@ -167,12 +177,15 @@ def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple
         if missing:
             raise ResultsFileError(f"{rerun_dir / 'env'} lacks the env record of run(s) {missing}; "
                                    "a row is only kept beside its run's env record")
+        sides = [(results_dir / p.name, _folded_side_rows(results_dir / p.name, p, folded))
+                 for p in _side_tables(rerun_dir, suite)]          # every table read before any file is written
         (results_dir / "env").mkdir(exist_ok=True)
         for run in sorted(runs):   # the record and its side files (.wall.json, the traffic suite's .traffic.json)
             for src in sorted((rerun_dir / "env").glob(f"{run}.*json")):
                 atomic_write_bytes(results_dir / "env" / src.name, src.read_bytes())
-        for side_src in sorted(rerun_dir.glob(f"{suite}_*.csv")):
-            _fold_side_table(results_dir / side_src.name, side_src, folded)
+        for side, folded_rows in sides:
+            if folded_rows is not None:
+                write_rows(side, *folded_rows)
         write_rows(target, rows)
     live = {r["run_id"] for r in rows}
     orphaned = sorted(f.name for f in (results_dir / "env").glob(f"{suite}-*.json")     # side files included

@@ -542,6 +542,22 @@ def test_fold_rerun_replaces_cells_keeps_named_paths_and_copies_env(tmp_path):
         fold_rerun(res, "smoke", rerun)
 
 
+def test_fold_rerun_starts_a_missing_table_and_leaves_tables_of_their_own(tmp_path):
+    """A suite's first rows start its table (with their env records and side rows); a <suite>_*.csv without a
+    config_hash column (full_model_breakdown.csv beside full_model.csv) is another table, left untouched."""
+    res, rerun = tmp_path / "results", tmp_path / "rerun"
+    for d in (res, rerun / "env"):
+        d.mkdir(parents=True)
+    (rerun / "env" / "smoke-b.json").write_text("{}")
+    write_rows(rerun / "smoke.csv", [_row("h1", run_id="smoke-b")])
+    (rerun / "smoke_side.csv").write_text(f"config_hash,x\n{_hash('h1')},new\n")
+    (rerun / "smoke_other.csv").write_text("run_id,component\nsmoke-b,mlp\n")
+    assert fold_rerun(res, "smoke", rerun)["added"] == 1
+    assert [r["config_hash"] for r in read_rows(res / "smoke.csv")] == [_hash("h1")]
+    assert (res / "smoke_side.csv").read_text().splitlines() == ["config_hash,x", f"{_hash('h1')},new"]
+    assert (res / "env" / "smoke-b.json").exists() and not (res / "smoke_other.csv").exists()
+
+
 def test_merge_cli_names_bad_arguments_and_exits_2(tmp_path):
     """Every argument is checked against the registries before any file is touched (exit 2): a misspelt
     keep_paths entry would otherwise keep nothing and let the re-run's skip rows replace measured rows."""
