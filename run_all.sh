@@ -6,8 +6,8 @@
 #                           check it against the committed results/ (python -m plots.check). CPU host: the smoke
 #                           suite under the Triton interpreter, the figures, REPORT.md and README's claims table
 #                           from the committed results/, and their self-check.
-#   ./run_all.sh quick      at most 10 minutes on one H200: recurrent_path (every path), one operator shape per
-#                           geometry + the R=16 W=512 Qwen shape, one full-model point per prompt length, traffic
+#   ./run_all.sh quick      at most 10 minutes on one H200: recurrent_path at O=3 (every path), one operator shape
+#                           on 5 head layouts + the R=16 W=512 Qwen shape, one full-model point per prompt length, traffic
 #                           at O=3 (OneLA, Controlled FullState), into outputs/quick/<stamp>/, then the check.
 #                           CPU host: the smoke suite and the self-check of the committed results.
 #   ./run_all.sh test       install what the tests need (into ./.venv) and run them (CI runs this)
@@ -164,14 +164,16 @@ gpu_suites() {  # every suite into $RUN_DIR; several GPUs shard the operator sui
 
 quick_gpu() {
   # Expected times: the reference quick run's records (results/quick/env/*.wall.json) where committed, else
-  # estimates from the full suites' per-path records.
-  stage "recurrent_path suite, every path (Fig 8a/8b)" "$(expected recurrent_path '1.5 min (estimate)' results/quick)" \
-    "$PY" -m sweeps.run suite=recurrent_path results_dir="$RUN_DIR" progress=false
-  stage "operator subset: one shape per geometry (9 shapes x 8 paths)" "$(expected operator '3-4 min for both operator stages (estimate)' results/quick)" \
+  # estimates from cold-cache runs of the full suites (recurrent_path at O=3 and O=7, every path: 2.5 min, 1.6 of it
+  # vLLM's prefix-cache replay; an operator shape on a new head layout: about a minute with that path, less
+  # without it).
+  stage "recurrent_path at O=3, every path (Fig 8a/8b)" "$(expected recurrent_path '1.5 min (estimate)' results/quick)" \
+    "$PY" -m sweeps.run suite=quick_recurrent_path results_dir="$RUN_DIR" progress=false
+  stage "operator subset: R=4 W=128 O=3 on 5 head layouts (5 shapes x 7 paths)" "$(expected operator '3 min for both operator stages (estimate)' results/quick)" \
     "$PY" -m sweeps.run suite=quick_operator results_dir="$RUN_DIR" progress=false
   stage "operator subset: R=16 W=512 Qwen, O=3 and O=7" "(included above)" \
     "$PY" -m sweeps.run suite=quick_operator_qwen results_dir="$RUN_DIR" progress=false
-  stage "full model: O=3 at prompt 1K and 5K, 4 paths (Fig 6)" "$(expected full_model '2 min (estimate)' results/quick)" \
+  stage "full model: O=3 at prompt 1K and 5K, 3 paths (Fig 6)" "$(expected full_model '2 min (estimate)' results/quick)" \
     "$PY" -m sweeps.run suite=quick_full_model results_dir="$RUN_DIR" progress=false
   if command -v ncu >/dev/null 2>&1; then
     stage "traffic at O=3: OneLA and Controlled FullState (Fig 8c)" "$(expected traffic '1 min (estimate)' results/quick)" \
@@ -220,7 +222,7 @@ case "$cmd" in
     ensure_env
     if has_gpu; then
       load_expected results/quick
-      say "GPU found: the quick path (about 7 min on one H200 by estimate; at most 10), then the self-check"
+      say "GPU found: the quick path (about 8 min on one H200 by estimate; at most 10), then the self-check"
       setup_baselines
       new_run_dir quick
       quick_gpu

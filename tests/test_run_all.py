@@ -21,7 +21,7 @@ from sweeps.spec import shard_cells, validate
 
 REPO = Path(__file__).resolve().parent.parent
 QUICK = {"quick_operator": "operator", "quick_operator_qwen": "operator", "quick_full_model": "full_model",
-         "quick_traffic": "traffic", "recurrent_path": "recurrent_path"}
+         "quick_traffic": "traffic", "quick_recurrent_path": "recurrent_path"}
 
 
 def run_all(*args: str, **env) -> str:
@@ -34,15 +34,16 @@ def run_all(*args: str, **env) -> str:
 @pytest.mark.parametrize("suite", QUICK)
 def test_quick_cells_are_committed_cells(suite):
     """Every cell of the quick path hashes like a committed row (a GPU's default prompt length), so
-    `python -m plots.check` compares it with that row -- but the cells of a registered path that has no committed
-    row yet (the paper-mode FullState paths), which the check reports as new."""
+    `python -m plots.check` compares it with that row -- but the cells of a path with no committed row yet at that
+    prompt length (a paper-mode FullState path, a suite run stopped before its 5K prompt), which the check reports
+    as new."""
     with initialize_config_module("sweeps.conf", version_base="1.3"):
         spec = validate(compose("config", overrides=[f"suite={suite}"]))
     assert spec.suite == QUICK[suite]
     cells = shard_cells(spec, torch.device("cuda"))
     table = pd.read_csv(REPO / "results" / f"{QUICK[suite]}.csv", dtype=str)
-    committed, measured_paths = set(table["config_hash"]), set(table["path"])
-    missing = [c for c in cells if c["config_hash"] not in committed and c["path"] in measured_paths]
+    committed, measured = set(table["config_hash"]), set(zip(table["path"], table["prompt_len"]))
+    missing = [c for c in cells if c["config_hash"] not in committed and (c["path"], str(c["prompt_len"])) in measured]
     assert cells and not missing, missing[:3]
 
 
@@ -53,7 +54,7 @@ def test_gpu_quick_plan_on_an_air_gapped_host(tmp_path):
     assert len(pack_note) == 1 and "python -m baselines.pack --download" in pack_note[0]
     assert "--download --wheels" not in out                       # nothing is fetched
     stages = [ln for ln in lines if "] stage " in ln]
-    for suite in ("recurrent_path", "quick_operator", "quick_operator_qwen", "quick_full_model"):
+    for suite in ("quick_recurrent_path", "quick_operator", "quick_operator_qwen", "quick_full_model"):
         assert any(f"suite={suite} results_dir=outputs/quick/" in ln for ln in lines), suite
     assert all("-- expected: " in ln for ln in stages) and len(stages) >= 5
     assert "plots.check outputs/quick/" in out
