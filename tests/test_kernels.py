@@ -330,14 +330,16 @@ def _graph_replays(cfg, wl, n):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("ws", [False, True])
-@pytest.mark.parametrize("R,W,T", [(4, 512, 6), (2, 37, 5)])
-def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T, ws):
+@pytest.mark.parametrize("name,R,W,T", [("qwen3_5_0_8b", 4, 512, 6), ("qwen3_5_0_8b", 2, 37, 5),
+                                        ("gdn_1_3b", 4, 512, 10)])
+def test_gpu_pdl_launches_give_bit_identical_graph_replays(name, R, W, T, ws):
     """Programmatic dependent launch (each launch may start while the previous one finishes, its reads of this
     step's inputs before the grid-dependency wait and everything else after it) changes no result: a CUDA graph of
     the T-step decode, replayed many times, writes bit for bit the outputs, GTRs and ancestry of plain launches --
     a read moved above the wait that depends on the previous launch would show as a mismatch. For the Triton
-    kernels (ws False) and the default, which at W=512 is the warp-specialised kernel."""
-    wl = make_workload("qwen3_5_0_8b", R, W, T, lineage="beam", seed=R + W, device="cuda")
+    kernels (ws False) and the default, which at W=512 is the warp-specialised kernel (at K = 256 too, gdn_1_3b,
+    with the prep kernel before it past step 7)."""
+    wl = make_workload(name, R, W, T, lineage="beam", seed=R + W, device="cuda")
     results = []
     for cfg in ({"pdl": 0}, {"pdl": 1}, {"pdl": 2}):     # 1: wait after the first projections, 2: before them
         results.append((cfg, *_graph_replays({**cfg, "ws": ws}, wl, 8)))
