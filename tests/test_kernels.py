@@ -170,7 +170,13 @@ def test_onela_launch_config_rules():
     ~2 programs per SM, only where the S tile is one tile (K <= 128); small grids keep one tile per program; PDL
     waits before the beam loop when there is one, after the one tile's projections otherwise, and not at all
     where the GPU has no programmatic dependent launch; step 0 is one launch where the S tile spans K and a key
-    head has at most 2 value heads; the warp-specialised kernel where K = 128 and V is a multiple of 128."""
+    head has at most 2 value heads; the warp-specialised kernel where K is one of WS_HEAD_DIMS (128, 256) and V one
+    of WS_VALUE_DIMS (128, 256, 512)."""
+    from kernels.onela.ws import WS_HEAD_DIMS, WS_VALUE_DIMS, ws_shape_supports
+    assert WS_HEAD_DIMS == (128, 256) and WS_VALUE_DIMS == (128, 256, 512)
+    assert all(ws_shape_supports(GEOMETRIES[g], 64) is None for g in GEOMETRIES)     # every named geometry
+    assert "needs K in 128, 256 and V in 128, 256, 512" in ws_shape_supports(Geometry(1, 1, 64, 128), 64)
+    assert "W=96 not a multiple of 64" in ws_shape_supports(GEOMETRIES["gdn_1_3b"], 96)
     iters = {(R, W): launch_config(128, 128, W, R, 16, n_sm=132)["beam_iters"]
              for R in (4, 8, 16) for W in (128, 256, 512)}
     assert iters == {(4, 128): 1, (4, 256): 1, (4, 512): 2, (8, 128): 1, (8, 256): 2, (8, 512): 4,
@@ -187,7 +193,8 @@ def test_onela_launch_config_rules():
     assert not launch_config(256, 256, 512, 16, 16)["fuse_step0"]
     assert not launch_config(128, 256, 512, 4, 16, G=4)["fuse_step0"]
     assert launch_config(128, 256, 512)["ws"] and not launch_config(128, 64, 512)["ws"]
-    assert not launch_config(256, 256, 512)["ws"]
+    assert launch_config(256, 256, 512)["ws"] and launch_config(256, 512, 512)["ws"]     # range_k256_v256, gdn_1_3b
+    assert not any(launch_config(K, V, 512)["ws"] for K, V in ((64, 128), (192, 256), (512, 512), (128, 384)))
     # the Triton plan: step 0 alone where fuse_step0, prep + main after it (and at every step at G > 2)
     fused = launch_config(128, 128, 512, 4, 16)
     assert set(step_launches(fused, GEOMETRIES["qwen3_5_0_8b"], 4, 512, 0, interpret=False)) == {"main"}
@@ -323,14 +330,16 @@ def _graph_replays(cfg, wl, n):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("ws", [False, True])
-@pytest.mark.parametrize("R,W,T", [(4, 512, 6), (2, 37, 5)])
-def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T, ws):
+@pytest.mark.parametrize("name,R,W,T", [("qwen3_5_0_8b", 4, 512, 6), ("qwen3_5_0_8b", 2, 37, 5),
+                                        ("gdn_1_3b", 4, 512, 10)])
+def test_gpu_pdl_launches_give_bit_identical_graph_replays(name, R, W, T, ws):
     """Programmatic dependent launch (each launch may start while the previous one finishes, its reads of this
     step's inputs before the grid-dependency wait and everything else after it) changes no result: a CUDA graph of
     the T-step decode, replayed many times, writes bit for bit the outputs, GTRs and ancestry of plain launches --
     a read moved above the wait that depends on the previous launch would show as a mismatch. For the Triton
-    kernels (ws False) and the default, which at W=512 is the warp-specialised kernel."""
-    wl = make_workload("qwen3_5_0_8b", R, W, T, lineage="beam", seed=R + W, device="cuda")
+    kernels (ws False) and the default, which at W=512 is the warp-specialised kernel (at K = 256 too, gdn_1_3b,
+    with the prep kernel before it past step 7)."""
+    wl = make_workload(name, R, W, T, lineage="beam", seed=R + W, device="cuda")
     results = []
     for cfg in ({"pdl": 0}, {"pdl": 1}, {"pdl": 2}):     # 1: wait after the first projections, 2: before them
         results.append((cfg, *_graph_replays({**cfg, "ws": ws}, wl, 8)))
@@ -346,19 +355,24 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(R, W, T, ws):
 @pytest.mark.gpu
 @pytest.mark.parametrize("name,R,W,T", [("qwen3_5_0_8b", 4, 512, 6), ("qwen3_5_9b", 3, 192, 5),
                                         ("qwen3_5_397b", 2, 64, 4), ("kimi_linear", 1, 128, 6),
-                                        ("gdn_small", 3, 192, 6), ("range_hk4_hv16", 2, 128, 5)])
+                                        ("gdn_small", 3, 192, 6), ("range_hk4_hv16", 2, 128, 5),
+                                        ("range_k256_v256", 4, 512, 6), ("range_k256_v256", 1, 64, 10),
+                                        ("gdn_1_3b", 4, 512, 9), ("gdn_1_3b", 1, 64, 12)])
 def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     """The warp-specialised Gluon kernel (kernels/onela/ws.py) -- the whole step in one launch, and after the prep
-    kernel at G > 2's deeper steps -- passes the FP32 FullState gate, writes the Triton kernels' ancestry exactly
-    and their GTRs to within bf16 rounding (the one-launch form computes the norms and dots in another order), and
-    its captured graph (PDL launches) replays bit for bit. The interpreter cannot run Gluon: this is its
-    correctness test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share key heads;
-    V = 256 (gdn_small, range_hk4_hv16) runs each value head as two 128-column chunks."""
+    kernel at G > 2's deeper steps and past step 7 -- passes the FP32 FullState gate, writes the Triton kernels'
+    ancestry exactly and their GTRs to within bf16 rounding (the one-launch form computes the norms and dots in
+    another order), and its captured graph (PDL launches) replays bit for bit. The interpreter cannot run Gluon:
+    this is its correctness test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share
+    key heads; V = 256 and 512 run each value head as 128-column chunks; K = 256 (range_k256_v256, gdn_1_3b) as two
+    128-column key blocks, at R = 1 and 4, W = 64 and 512, down to step 11."""
+    from kernels.onela.ws import ws_fuses_step
     wl = make_workload(name, R, W, T, lineage="beam", seed=5, device="cuda")
     ref = fullstate_decode(wl)
     base, _ = _graph_replays({"ws": False}, wl, 1)      # the Triton kernels
     st, replays = _graph_replays(None, wl, 4)
-    want = {"ws_step"} | ({"ws_main", "prep"} if wl.geometry.group > 2 and T > 2 else set())
+    deep = not all(ws_fuses_step(wl.geometry, t) for t in range(T))
+    want = {"ws_step"} | ({"ws_main", "prep"} if deep else set())
     assert set(st.kernel_info) == want, st.kernel_info
     assert max_abs_err(replays[0], ref) <= DEFAULT_TOLERANCE
     for o in replays[1:]:
@@ -379,17 +393,20 @@ def _as_conv_split(q, k, v):
 def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups():
     """The warp-specialised kernel does the whole step in one launch where a key head has at most two value heads;
     where it has more (G = 4: qwen3_5_397b), at steps 0-1 only, the prep kernel then it at the deeper steps; and
-    nowhere past step 7, where the one-launch kernel's shared memory would exceed sm_90's. A k-hat_t buffer of its
-    own (one ring entry fewer) at the one-launch steps 0-1."""
-    for geometry, one_launch in (("qwen3_5_0_8b", range(8)), ("qwen3_5_397b", (0, 1))):
+    nowhere past step 7, where the one-launch kernel's shared memory would exceed sm_90's. At K = 128 a k-hat_t
+    buffer of its own (one ring entry fewer) at the one-launch steps 0-1; at K = 256 (gdn_1_3b) one q, k stage and
+    a [128, 256] S tile leave the ring 3 entries in one launch and 4 after the prep kernel, and k-hat_t goes
+    through the o_t / delta_t staging buffers."""
+    for geometry, one_launch in (("qwen3_5_0_8b", range(8)), ("qwen3_5_397b", (0, 1)), ("gdn_1_3b", range(8))):
         geo = GEOMETRIES[geometry]
         cfg = launch_config(geo.k, geo.v, 512, 4, geo.hv, 132, geo.group)
         for t in list(range(10)) + [31]:        # past step 7 the one-launch kernel's shared memory would not fit
             launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
             assert sorted(launches) == (["ws"] if t in one_launch else ["prep", "ws"]), (geometry, t)
             const = launches["ws"][1]
-            assert const["FUSE"] == (t in one_launch) and const["KH_OWN"] == (t <= 1) and \
-                const["NR"] == (4 if t <= 1 else 5), (geometry, t, const)
+            nr = (4 if t <= 1 else 5) if geo.k == 128 else (3 if t in one_launch else 4)
+            assert const["FUSE"] == (t in one_launch) and const["KH_OWN"] == (t <= 1 and geo.k == 128) and \
+                const["NR"] == nr, (geometry, t, const)
             assert launches["ws"][1]["TPC"] <= 8 or not const["FUSE"]
             assert launches["ws"][0] == (132,)
         assert "ws" not in step_launches({**cfg, "ws": False}, geo, 4, 512, 1, interpret=False, ws_ok=True)
@@ -437,9 +454,9 @@ def test_gpu_ws_kernel_reads_the_models_conv_split():
 
 def test_inspect_compiles_hopper_kernels_without_a_gpu():
     """`tools.inspect` compiles the launch's kernels for sm_90a on this host (ptxas ships with Triton) and reports
-    registers / spills per step; at K = 256 each K-chunk's q, k and S loads (16 128-bit loads per thread) issue
-    before the chunk's first fp32 -> bf16 convert (the other order serialises them: kernels/NOTES.md, "Triton
-    kernels")."""
+    registers / spills per step; at K = 256 the Triton main kernel (the fallback there, with ws off) issues each
+    K-chunk's q, k and S loads (16 128-bit loads per thread) before the chunk's first fp32 -> bf16 convert (the
+    other order serialises them: kernels/NOTES.md, "Triton kernels")."""
     import os
     import subprocess
     import sys
@@ -462,7 +479,8 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
     for ln in lines:
         assert 0 < int(ln.split(":")[1].split()[0]) <= 255, ln
 
-    out = inspect("--geometry", "range_k256_v256", "--R", "16", "--O", "3", "--steps", "1", "--order")
+    out = inspect("--geometry", "range_k256_v256", "--R", "16", "--O", "3", "--steps", "1", "--order",
+                  "--config", '{"ws": false}')
     order = out[out.index(next(ln for ln in out if ln.startswith("step 1 main"))) + 1]
     head = order.split("F2F")[0]
     assert sum(int(part.split(" x")[1]) for part in head.split(" | ") if part.strip().startswith("LDG")) >= 16
@@ -470,18 +488,22 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
     # the warp-specialised Gluon kernel (the interpreter cannot run it; this is its CPU check): what the stepper
     # launches, no spills at the deepest step (gdn_small's step 5, V = 256 as two 128-column chunks, spills 8
     # bytes and no more), shared memory in the 227 KB an sm_90 block may take, and its async machinery in the SASS
-    # (TMA loads, cp.async gathers, wgmma, TMA stores). G > 2: the prep kernel first at steps past 1.
-    for geometry, kernels5, spill5 in (("qwen3_5_0_8b", ["ws"], 0), ("qwen3_5_397b", ["prep", "ws"], 0),
-                                       ("gdn_small", ["ws"], 8), ("range_hk4_hv16", ["prep", "ws"], 0)):
-        out = inspect("--geometry", geometry, "--O", "7", "--steps", "0", "5", "--order")
-        for step in (0, 5):
+    # (TMA loads, cp.async gathers, wgmma, TMA stores). G > 2: the prep kernel first at steps past 1. K = 256
+    # (two key blocks, V = 256 and 512): none at step 5 either, nor at step 31 (the prep kernel, then ws).
+    for geometry, kernels5, spill5, steps in (
+            ("qwen3_5_0_8b", ["ws"], 0, (0, 5)), ("qwen3_5_397b", ["prep", "ws"], 0, (0, 5)),
+            ("gdn_small", ["ws"], 8, (0, 5)), ("range_hk4_hv16", ["prep", "ws"], 0, (0, 5)),
+            ("range_k256_v256", ["ws"], 0, (0, 5)), ("gdn_1_3b", ["ws"], 0, (0, 5, 31))):
+        out = inspect("--geometry", geometry, "--O", str(max(steps) + 2), "--steps", *map(str, steps), "--order")
+        for step in steps:
             lines = [ln for ln in out if ln.startswith(f"step {step} ")]
-            assert [ln.split()[2] for ln in lines] == (kernels5 if step == 5 else ["ws"]), (geometry, step, out)
+            want = {0: ["ws"], 5: kernels5, 31: ["prep", "ws"]}[step]
+            assert [ln.split()[2] for ln in lines] == want, (geometry, step, out)
             ws = lines[-1]
             spilled = int(ws.split(" bytes spilled")[0].split()[-1])
             assert spilled <= (spill5 if step == 5 else 0) and int(ws.split(", ")[-1].split()[0]) <= 227 * 1024, ws
-        order = out[out.index(ws) + 1]
-        assert all(op in order for op in ("UTMALDG", "LDGSTS", "HGMMA", "UTMASTG")), order
+            order = out[out.index(ws) + 1]
+            assert all(op in order for op in ("UTMALDG", "LDGSTS", "HGMMA", "UTMASTG")), order
 
 
 def test_inspect_refuses_impossible_values_before_compiling(capsys):

@@ -28,7 +28,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
 from artifact.workload import GEOMETRIES, get_geometry
 from kernels.onela import CONFIG_KEYS, KERNELS, launch_config, step_launches, ws_shape_supports
-from kernels.onela.ws import BB_TILE, VC_TILE
+from kernels.onela.ws import BB_TILE, KC_TILE, VC_TILE
 
 # Types of the runtime (non-constexpr) arguments, by name; a tuple argument's elements in order. "i32": an int,
 # marked 16-divisible unless named in _NOT_DIV16 (T_CAP; strides and sizes are multiples of 16 in the shapes
@@ -78,9 +78,9 @@ def compile_kernel(name: str, const: dict, opts: dict) -> dict:
     for i, arg in enumerate(fn.arg_names):
         if arg in const:
             sig[arg] = "constexpr"
-        elif arg.endswith("_desc"):     # the ws kernel's TMA descriptors: S tiles [128, K], out / delta rows
-            sig[arg] = _tensordesc({"s_desc": [VC_TILE, const["K"]], "out_desc": [BB_TILE, VC_TILE],   # [64, 128],
-                                    "dst_desc": [BB_TILE, VC_TILE]}.get(arg, [BB_TILE, const["K"]]))   # the rest [64, K]
+        elif arg.endswith("_desc"):     # the ws kernel's TMA descriptors: S boxes [128, 128], the rest [64, 128]
+            sig[arg] = _tensordesc([VC_TILE, KC_TILE] if arg == "s_desc" else [BB_TILE, KC_TILE if arg in (
+                "q_desc", "k_desc", "khat_desc") else VC_TILE])
         elif isinstance(_ARGS.get(arg, "i32"), tuple):
             sig[arg] = _ARGS[arg]
             for j in range(len(_ARGS[arg])):

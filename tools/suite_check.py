@@ -1,8 +1,8 @@
 """Correctness of the `onela` path's default over the operator suite's shapes, no timing:
 `python -m tools.suite_check [--geometry G ...]`.
 
-The GPU check of a kernel change before its timed sweep: for each geometry (default: the K = 128 ones, where
-the warp-specialised kernel runs) x R {4, 8, 16} x W {128, 256, 512} x T {2..6} -- the suite's shapes -- it runs
+The GPU check of a kernel change before its timed sweep: for each geometry (default: those the warp-specialised
+kernel takes, `ws_shape_supports`) x R {4, 8, 16} x W {128, 256, 512} x T {2..6} -- the suite's shapes -- it runs
 the sweep's gate (`artifact.measure.check_and_time`: graph-captured decode, poisoned output, max |o - o_ref|
 against FP32 FullState <= 4.88e-4) and prints one line per shape with the kernels that ran and the worst error
 so far. T = 6 first: it compiles every step. A failed shape is printed, not raised.
@@ -20,14 +20,15 @@ from artifact.measure import DEFAULT_TOLERANCE, check_and_time
 from artifact.paths import get_path
 from artifact.reference import fullstate_decode
 from artifact.workload import GEOMETRIES, make_workload
+from kernels.onela import ws_shape_supports
 
-K128 = ["qwen3_5_0_8b", "kimi_linear", "qwen3_5_9b", "qwen3_5_27b", "qwen3_5_397b", "gdn_small", "range_hk4_hv16"]
+WS_GEOMETRIES = [name for name, geo in GEOMETRIES.items() if ws_shape_supports(geo, 128) is None]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--geometry", nargs="+", default=K128, choices=sorted(GEOMETRIES), metavar="G",
-                    help=f"geometries of artifact.workload.GEOMETRIES (default: {' '.join(K128)})")
+    ap.add_argument("--geometry", nargs="+", default=WS_GEOMETRIES, choices=sorted(GEOMETRIES), metavar="G",
+                    help=f"geometries of artifact.workload.GEOMETRIES (default: {' '.join(WS_GEOMETRIES)})")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         print("tools.suite_check needs a CUDA GPU", file=sys.stderr)

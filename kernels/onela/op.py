@@ -36,9 +36,9 @@ class OneLA:
         parents: ``[R, W]`` int32, beam b's parent among the previous step's beams (ignored at step 0)
     Returns o: ``[R, W, HV, V]`` in the input dtype (or written into ``out``).
 
-    On Hopper with K = 128, V a multiple of 128, W a multiple of 64 and bf16 inputs each step is one launch of a
-    warp-specialised kernel (two at deep steps when HV > 2 HK); elsewhere two Triton launches. Every step is
-    CUDA-graph capturable.
+    On Hopper with K = 128 or 256, V = 128, 256 or 512, W a multiple of 64 and bf16 inputs each step is one launch
+    of a warp-specialised kernel (two at deep steps: past step 7, or past step 1 when HV > 2 HK); elsewhere two
+    Triton launches. Every step is CUDA-graph capturable.
 
     Example::
 

@@ -10,7 +10,7 @@ import os
 
 import triton
 
-from kernels.onela.ws import VC_TILE, ws_fuses_step, ws_launch_params
+from kernels.onela.ws import WS_HEAD_DIMS, WS_VALUE_DIMS, ws_fuses_step, ws_launch_params
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -52,9 +52,9 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     projections otherwise; 0 launches plainly. s_lo: the u_q projection also takes S's bf16 lo plane at K > 128
     ("q"); at K <= 128 both projections take S rounded to bf16 ("none"); both stay within the error bound
     (docs/design.md §2). fuse_step0: step 0 is one main-kernel launch where the S tile spans K and a key head
-    has at most two value heads. ws: the warp-specialised kernel where K = 128 and V is 128 or 256 (the widths it
-    is validated at; it also needs Hopper, W a multiple of 64 and bf16 row inputs: checked per decode and per
-    step)."""
+    has at most two value heads. ws: the warp-specialised kernel where K is one of its WS_HEAD_DIMS (128, 256) and
+    V one of its WS_VALUE_DIMS (128, 256, 512) (it also needs Hopper, W a multiple of 64 and bf16 row inputs:
+    checked per decode and per step)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = _largest_pow2_dividing(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 and K == triton.next_power_of_2(K) else _largest_pow2_dividing(K, 64)
@@ -64,7 +64,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
         iters *= 2
     return {"BB": bb, "BV": bv, "BK": bk, "beam_iters": iters, "pdl": (2 if iters > 1 else 1) if pdl_ok else 0,
             "s_lo": "none" if K <= 128 else "q", "fuse_step0": bk == K and G <= 2,
-            "ws": K == 128 and V in (VC_TILE, 2 * VC_TILE)}
+            "ws": K in WS_HEAD_DIMS and V in WS_VALUE_DIMS}
 
 
 def _largest_pow2_dividing(n: int, cap: int) -> int:

@@ -5,7 +5,8 @@ ancestral delta rows -> epilogue -> store, and is latency-bound (few active warp
 global-load scoreboards). Here each persistent program (one per SM) splits the work by role:
 - a producer warpgroup (`_producer`) issues every load: the S_ctx tile (bf16, TMA, once per (request, value
   head)), each beam tile's q and k (TMA, two stages), then the ancestral rows gathered through the ancestry row
-  and finally the tile's v (cp.async, into a ring of NR [BB, 128] bf16 entries);
+  and finally the tile's v (cp.async, into a ring of NR [BB, 128] bf16 entries, NR sized by the shared memory the
+  other buffers leave: `_ws_ring_entries`);
 - the default partition (`_consumer`, two warpgroups, each owning half of the V columns) consumes them: both
   projections on the tensor cores (wgmma against the S tile in shared memory), the closed-form replay from the
   ring, delta_t and o_t, stored by TMA from shared memory.
@@ -19,20 +20,34 @@ record; its depth loops run at run time. Same math and record layout as the Trit
 (`kernels/onela/records.py`).
 
 The kernel's arguments travel as tuples, as in Triton's warp-specialisation tutorial: `descs` (TMA descriptors
-q, k, S, out, delta rows, k-hat rows; bundled inside the kernel), `ptrs` (ancestry tables, parents, record stores, gates, coefficient
-table, beta, v), `dims` (R, W, HV, T_CAP, NT), `sv` (v's strides); inside the kernel `bufs` (shared memory) and
-`bars` (mbarriers). Each partition unpacks what it uses.
+q, k, S, out, delta rows, k-hat rows; bundled inside the kernel), `ptrs` (ancestry tables, parents, record stores,
+gates, coefficient table, beta, v), `dims` (R, W, HV, T_CAP, NT), `sv` (v's strides); inside the kernel `bufs`
+(shared memory) and `bars` (mbarriers). Each partition unpacks what it uses.
 
-Applies on Hopper where K = 128, V is 128 or 256 and W a multiple of the 64-beam tile (`ws_shape_supports`;
-no partial tiles: the TMA boxes are 2-D over [R * W, H * D] views). A value head of V > 128 runs as V / 128 chunks
-of 128 value columns, each with its own tiles as if it were a value head: its own S rows, v, delta and o
-columns; the key axis (q, k, the ancestral k-hat rows and their dots) is the same for every chunk and formed again
-by each, and chunk 0 alone writes the alpha_t / k-hat_t records and the ancestry rows. q, k, v must be bf16
-[R, W, H, D] rows, dense within a row and evenly spaced (also views into the model's conv output), out contiguous
-(`ws_layout_supports`). S_ctx is read as its bf16 rounding -- the projection the K = 128 Triton kernels use too --
-from a copy made at reset (the stepper keeps the fp32 state for the Triton fallback). The interpreter does not run
-Gluon: its correctness tests are GPU tests; CI compiles it for sm_90a through `tools.inspect`. Why each choice:
-kernels/NOTES.md ("Warp-specialised kernel").
+The key axis runs in blocks of 128 columns (KC_TILE): at K = 256 a tile's q and k are two [BB, 128] TMA boxes
+each, its S tile two [128, 128] boxes, each projection two wgmma into one accumulator, and an ancestral k-hat row
+two ring entries; the norms and dots sum over both blocks, which the consumer reads back from shared memory a
+block at a time (q and k held as fp32 through the dots would take 128 registers per thread), and the k-hat_t
+record is stored through the o_t / delta_t staging buffers, one block each. Shared memory sets the rest: one q, k
+stage instead of two (the same four [BB, 128] entries) and a [128, 256] S tile leave a ring of 3 entries in the
+one-launch form and 4 after the prep kernel (4-5 and 5 at K = 128). Where K = 256 compiles otherwise than
+K = 128, it keeps both partitions free of spills: the two wgmma of a projection in a run-time loop (unrolled,
+ptxas spills 48-240 bytes of the producer's registers at steps 2-7), the replay after the prep kernel in a
+run-time loop that loads each depth's coefficients a depth ahead, and the producer at 112 registers per thread
+(88 at K = 128).
+
+Applies on Hopper where K is 128 or 256 (WS_HEAD_DIMS), V is 128, 256 or 512 (WS_VALUE_DIMS) and W a multiple of
+the 64-beam tile (`ws_shape_supports`; no partial tiles: the TMA boxes are 2-D over [R * W, H * D] views). A
+value head of V > 128 runs as V / 128 chunks of 128 value columns, each with its own tiles as if it were a value
+head: its own S rows, v, delta and o columns; the key axis (q, k, the ancestral k-hat rows and their dots) is the
+same for every chunk and formed again by each, and chunk 0 alone writes the alpha_t / k-hat_t records and the
+ancestry rows. q, k, v must be bf16 [R, W, H, D] rows, dense within a row and evenly spaced (also views into the
+model's conv output), out contiguous (`ws_layout_supports`). S_ctx is read as its bf16 rounding from a copy made
+at reset (the stepper keeps the fp32 state for the Triton fallback) -- the projection the K = 128 Triton kernels
+use; at K = 256 they also take S's bf16 lo plane for u_q, which was faster there, not more accurate
+(kernels/NOTES.md, "Projection precision"). The interpreter does not run Gluon: its correctness tests are GPU
+tests; CI compiles it for sm_90a through `tools.inspect`. Why each choice: kernels/NOTES.md ("Warp-specialised
+kernel").
 """
 from __future__ import annotations
 
@@ -47,9 +62,14 @@ from kernels.onela.records import record_row
 
 BB_TILE = 64     # beams per tile (one wgmma M)
 VC_TILE = 128    # value columns per tile: a value head of V > 128 runs as V / VC_TILE chunks
+KC_TILE = 128    # key columns per block: K = 256 is two blocks (two TMA boxes, two wgmma per projection)
+WS_HEAD_DIMS = (128, 256)               # the key sizes K the kernel takes
+WS_VALUE_DIMS = (128, 256, 512)         # the value sizes V: 1, 2 or 4 chunks of VC_TILE
 _BB = gl.constexpr(BB_TILE)
+_KC = gl.constexpr(KC_TILE)
 _PWARPS = gl.constexpr(4)               # producer warps (one warpgroup)
 _PRODUCER_REGS = gl.constexpr(88)       # the producer's registers per thread: no spills at the deepest compiled step
+_PRODUCER_REGS_K256 = gl.constexpr(112)  # ... at K = 256 (88 and 104 spill at steps 6-7; the consumer keeps 192)
 
 
 @gluon.jit
@@ -85,24 +105,32 @@ def _coords(tile, NBT, HV, NVC: gl.constexpr):
 @gluon.jit
 def _issue_s_qk(tile, prev_vh, s_cnt, qk_cnt, NBT, W, HV, descs, bufs, bars, G: gl.constexpr, K: gl.constexpr,
                 VC: gl.constexpr, NVC: gl.constexpr, BB: gl.constexpr):
-    """TMA loads of tile `tile`: its S tile ([VC, K] rows of its value chunk) when the (request, value head,
-    chunk) changes, and its q, k rows."""
+    """TMA loads of tile `tile`: its S tile ([VC, K] rows of its value chunk, one [VC, 128] box per key block) when
+    the (request, value head, chunk) changes, and its q, k rows (one [BB, 128] box per key block each, into q, k
+    stage qk_cnt % NQK)."""
     q_desc, k_desc, s_desc = descs[0], descs[1], descs[2]
     s_smem, q_smem, k_smem = bufs[0], bufs[1], bufs[2]
     s_ready, s_empty, qk_ready, qk_empty = bars[0], bars[1], bars[2], bars[3]
+    KC: gl.constexpr = _KC
+    KB: gl.constexpr = K // KC      # key blocks
+    NQK: gl.constexpr = 2 // KB     # q, k stages (the shared memory of two [BB, 128] blocks each)
     vh, head, r, hv, ch = _coords(tile, NBT, HV, NVC)
     hk = hv // G
     b0 = (tile % NBT) * BB
     if vh != prev_vh:
         mbarrier.wait(s_empty, (s_cnt & 1) ^ 1)
-        mbarrier.expect(s_ready, s_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(s_desc, [vh * VC, 0], s_ready, s_smem)
+        mbarrier.expect(s_ready, KB * s_desc.block_type.nbytes)
+        for h in gl.static_range(KB):
+            tma.async_copy_global_to_shared(s_desc, [vh * VC, h * KC], s_ready, s_smem.index(h))
         s_cnt += 1
-    st = qk_cnt % 2
-    mbarrier.wait(qk_empty.index(st), ((qk_cnt // 2) & 1) ^ 1)
-    mbarrier.expect(qk_ready.index(st), 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [r * W + b0, hk * K], qk_ready.index(st), q_smem.index(st))
-    tma.async_copy_global_to_shared(k_desc, [r * W + b0, hk * K], qk_ready.index(st), k_smem.index(st))
+    st = qk_cnt % NQK
+    mbarrier.wait(qk_empty.index(st), ((qk_cnt // NQK) & 1) ^ 1)
+    mbarrier.expect(qk_ready.index(st), 2 * KB * q_desc.block_type.nbytes)
+    for h in gl.static_range(KB):
+        tma.async_copy_global_to_shared(q_desc, [r * W + b0, hk * K + h * KC], qk_ready.index(st),
+                                        q_smem.index(st * KB + h))
+        tma.async_copy_global_to_shared(k_desc, [r * W + b0, hk * K + h * KC], qk_ready.index(st),
+                                        k_smem.index(st * KB + h))
     return vh, s_cnt, qk_cnt + 1
 
 
@@ -223,6 +251,7 @@ def _producer(descs, bufs, bars, ptrs, dims, sv, G: gl.constexpr, STEP: gl.const
     pl: gl.constexpr = gl.BlockedLayout([1, TPC], [32, 1], [PWARPS, 1], [1, 0])   # a beam's row in one thread
     row_l: gl.constexpr = gl.SliceLayout(1, gat)
     VC: gl.constexpr = V // NVC       # a tile's value columns (128)
+    KC: gl.constexpr = _KC            # key columns of a ring entry (128 = VC)
     cols = gl.arange(0, VC, layout=gl.SliceLayout(0, gat))
     tcol = gl.arange(0, TP, layout=gl.SliceLayout(0, sl))
     tile0, tile1, NBT = _tiles(NT, W, BB)
@@ -252,7 +281,8 @@ def _producer(descs, bufs, bars, ptrs, dims, sv, G: gl.constexpr, STEP: gl.const
                 slot = gl.convert_layout(gl.sum(gl.where(tcol[None, :] == j, slots, 0), axis=1), row_l)
                 krow = record_row(j, r, hv // G, slot, R, HV // G, W)
                 kptrs = khat_ptr + (krow.to(gl.int64) * K)[:, None] + cols[None, :]
-                cnt = _ring_put(kptrs, ring, ring_ready, ring_empty, cnt, NR)
+                for h in gl.static_range(K // KC):      # a ring entry per 128-column key block
+                    cnt = _ring_put(kptrs + h * KC, ring, ring_ready, ring_empty, cnt, NR)
             # the next tile's ancestry rows (its parents landed during the gathers), then this tile's products
             par_sl = gl.convert_layout(par_n, gl.SliceLayout(1, sl))
             slots_next = _anc_rows(anc_ptr, anc_next_ptr, par_sl, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB,
@@ -289,6 +319,12 @@ def _ring_take(ring, ring_ready, ring_empty, cnt, mma: gl.constexpr, NR: gl.cons
 
 
 @gluon.jit
+def _key_block(smem, e, kl: gl.constexpr):
+    """Entry e of a q / k stage buffer (a [BB, 128] key block) as fp32 in layout `kl`."""
+    return smem.index(e).load(kl).to(gl.float32)
+
+
+@gluon.jit
 def _consumer(descs, bufs, bars, ptrs, dims, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr,
               V: gl.constexpr, NVC: gl.constexpr, BB: gl.constexpr, NR: gl.constexpr, TPC: gl.constexpr,
               FUSE: gl.constexpr, KH_OWN: gl.constexpr):
@@ -302,6 +338,9 @@ def _consumer(descs, bufs, bars, ptrs, dims, G: gl.constexpr, STEP: gl.constexpr
     coef_ptr, beta_ptr = ptrs[6], ptrs[7]
     R, W, HV, T_CAP, NT = dims
     VC: gl.constexpr = V // NVC
+    KC: gl.constexpr = _KC
+    KB: gl.constexpr = K // KC      # key blocks (1 or 2)
+    NQK: gl.constexpr = 2 // KB     # q, k stages
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 2], instr_shape=[16, VC // 2, 16])
     row_l: gl.constexpr = gl.SliceLayout(1, mma)
     # FUSE's key-axis norms and dots with whole rows in each warp: sums by shuffles, no cross-warp exchange
@@ -329,29 +368,62 @@ def _consumer(descs, bufs, bars, ptrs, dims, G: gl.constexpr, STEP: gl.constexpr
             mbarrier.wait(s_ready, s_cnt & 1)
             s_cnt += 1
         prev_vh = vh
-        st = i % 2
-        mbarrier.wait(qk_ready.index(st), (i // 2) & 1)
+        st = i % 2                  # the aux stage
+        qs = i % NQK                # the q, k stage: its key blocks are q_smem / k_smem entries qs KB + h
+        mbarrier.wait(qk_ready.index(qs), (i // NQK) & 1)
         if FUSE:                    # the key axis first, so its registers are free before the accumulators live
-            qf = q_smem.index(st).load(kl).to(gl.float32)
-            kf = k_smem.index(st).load(kl).to(gl.float32)
-            inv_q = gl.rsqrt(gl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)
-            inv_k = gl.rsqrt(gl.sum(kf * kf, axis=1) + 1e-6)
-            kq_t = gl.sum(qf * kf, axis=1) * inv_q * inv_k
+            if K == KC:             # q, k rows held in registers through the dots
+                qf = q_smem.index(qs).load(kl).to(gl.float32)
+                kf = k_smem.index(qs).load(kl).to(gl.float32)
+                inv_q = gl.rsqrt(gl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)
+                inv_k = gl.rsqrt(gl.sum(kf * kf, axis=1) + 1e-6)
+                kq_t = gl.sum(qf * kf, axis=1) * inv_q * inv_k
+            else:                   # K = 256: each sum over both key blocks, a block at a time from shared memory
+                sq = gl.zeros([BB], gl.float32, gl.SliceLayout(1, kl))
+                sk = sq
+                sqk = sq
+                for h in gl.static_range(KB):
+                    qf = _key_block(q_smem, qs * KB + h, kl)
+                    kf = _key_block(k_smem, qs * KB + h, kl)
+                    sq += gl.sum(qf * qf, axis=1)
+                    sk += gl.sum(kf * kf, axis=1)
+                    sqk += gl.sum(qf * kf, axis=1)
+                inv_q = gl.rsqrt(sq + 1e-6) * (K ** -0.5)
+                inv_k = gl.rsqrt(sk + 1e-6)
+                kq_t = sqk * inv_q * inv_k
             if kh_tile:             # the k-hat_t record of key head hv / G, once per key head
                 if KH_OWN:          # its own buffer: the last k-hat store has read it (o, delta may be in flight)
                     tma.store_wait(2)
-                else:               # shared with delta_t: every earlier store has read it
+                else:               # shared with delta_t (and o_t): every earlier store has read it
                     tma.store_wait(0)
                 gl.thread_barrier()
-                kh_smem.store((kf * inv_k[:, None]).to(kh_smem.dtype))
+                if K == KC:
+                    kh_smem.store((kf * inv_k[:, None]).to(kh_smem.dtype))
+                else:               # K = 256: key block 0 through d_smem, block 1 through o_smem
+                    d_smem.store((_key_block(k_smem, qs * KB, kl) * inv_k[:, None]).to(d_smem.dtype))
+                    o_smem.store((_key_block(k_smem, qs * KB + 1, kl) * inv_k[:, None]).to(o_smem.dtype))
                 fence_async_shared()
                 gl.thread_barrier()
-                tma.async_copy_shared_to_global(khat_desc, [record_row(STEP, r, hv // G, b0, R, HV // G, W), 0],
-                                                kh_smem)
+                khrow = record_row(STEP, r, hv // G, b0, R, HV // G, W)
+                if K == KC:
+                    tma.async_copy_shared_to_global(khat_desc, [khrow, 0], kh_smem)
+                else:
+                    tma.async_copy_shared_to_global(khat_desc, [khrow, 0], d_smem)
+                    tma.async_copy_shared_to_global(khat_desc, [khrow, KC], o_smem)
             for j in range(STEP):   # aux rows TPC + j <- k_j . q-hat, 2 TPC + j <- k_j . k-hat (runtime loop)
-                kh_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, kl, NR)
-                aux.index(st * 3 * TPC + TPC + j).store(gl.sum(kh_j * qf, axis=1) * inv_q)
-                aux.index(st * 3 * TPC + 2 * TPC + j).store(gl.sum(kh_j * kf, axis=1) * inv_k)
+                if K == KC:
+                    kh_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, kl, NR)
+                    aux.index(st * 3 * TPC + TPC + j).store(gl.sum(kh_j * qf, axis=1) * inv_q)
+                    aux.index(st * 3 * TPC + 2 * TPC + j).store(gl.sum(kh_j * kf, axis=1) * inv_k)
+                else:               # K = 256: k_j is KB ring entries, one per key block
+                    dq = gl.zeros([BB], gl.float32, gl.SliceLayout(1, kl))
+                    dk = dq
+                    for h in gl.static_range(KB):
+                        kh_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, kl, NR)
+                        dq += gl.sum(kh_j * _key_block(q_smem, qs * KB + h, kl), axis=1)
+                        dk += gl.sum(kh_j * _key_block(k_smem, qs * KB + h, kl), axis=1)
+                    aux.index(st * 3 * TPC + TPC + j).store(dq * inv_q)
+                    aux.index(st * 3 * TPC + 2 * TPC + j).store(dk * inv_k)
             keys.index(0).store(inv_q)      # the three key scalars to the accumulator layout
             keys.index(1).store(inv_k)
             keys.index(2).store(kq_t)
@@ -359,13 +431,23 @@ def _consumer(descs, bufs, bars, ptrs, dims, G: gl.constexpr, STEP: gl.constexpr
             inv_q = keys.index(0).load(row_l)
             inv_k = keys.index(1).load(row_l)
             kq_t = keys.index(2).load(row_l)
-        s_t = s_smem.permute((1, 0))
         zero = gl.zeros([BB, VC], gl.float32, mma)
-        u_q = warpgroup_mma(q_smem.index(st), s_t, zero, use_acc=False, is_async=True)
-        u_k = warpgroup_mma(k_smem.index(st), s_t, zero, use_acc=False, is_async=True)
-        u_q, u_k = warpgroup_mma_wait(0, deps=[u_q, u_k])
+        if K == KC:
+            s_t = s_smem.index(0).permute((1, 0))
+            u_q = warpgroup_mma(q_smem.index(qs), s_t, zero, use_acc=False, is_async=True)
+            u_k = warpgroup_mma(k_smem.index(qs), s_t, zero, use_acc=False, is_async=True)
+        else:
+            u_q = zero
+            u_k = zero
+            for h in range(KB):
+                s_t = s_smem.index(h).permute((1, 0))
+                u_q = warpgroup_mma(q_smem.index(qs * KB + h), s_t, u_q, is_async=True)
+                u_k = warpgroup_mma(k_smem.index(qs * KB + h), s_t, u_k, is_async=True)
+                u_q, u_k = warpgroup_mma_wait(0, deps=[u_q, u_k])
+        if K == KC:
+            u_q, u_k = warpgroup_mma_wait(0, deps=[u_q, u_k])
         gl.thread_barrier()
-        mbarrier.arrive(qk_empty.index(st), count=1)
+        mbarrier.arrive(qk_empty.index(qs), count=1)
         last_of_head = (tile + 1 == tile1) | ((tile + 1) // NBT != vh)
         mbarrier.arrive(s_empty, count=1, pred=last_of_head)
         if FUSE:                    # the producer's alpha products of this tile (rows j < STEP: c_j, STEP: P)
@@ -383,13 +465,24 @@ def _consumer(descs, bufs, bars, ptrs, dims, G: gl.constexpr, STEP: gl.constexpr
                 d_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, mma, NR)
                 u_q += cq[:, None] * d_j
                 u_k += ck[:, None] * d_j
-        else:
+        elif K == KC:
             for j in gl.static_range(STEP):     # after the prep kernel (G > 2): unrolled
                 cq = gl.load(cbase + (3 + 2 * j) * plane)
                 ck = gl.load(cbase + (4 + 2 * j) * plane)
                 d_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, mma, NR)
                 u_q += cq[:, None] * d_j
                 u_k += ck[:, None] * d_j
+        else:           # K = 256 after the prep kernel: a runtime loop, each depth's coefficients a depth ahead
+            cq = gl.load(cbase + 3 * plane)     # (the table has 3 + 2 T_CAP rows: the last lookahead is in it)
+            ck = gl.load(cbase + 4 * plane)
+            for j in range(STEP):
+                cq_n = gl.load(cbase + (5 + 2 * j) * plane)
+                ck_n = gl.load(cbase + (6 + 2 * j) * plane)
+                d_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, mma, NR)
+                u_q += cq[:, None] * d_j
+                u_k += ck[:, None] * d_j
+                cq = cq_n
+                ck = ck_n
         if FUSE:
             gl.thread_barrier()
             mbarrier.arrive(aux_empty.index(st), count=1)
@@ -429,9 +522,12 @@ def onela_ws_kernel(q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, ptrs,
     PWARPS: gl.constexpr = _PWARPS
     BB: gl.constexpr = _BB
     VC: gl.constexpr = V // NVC     # a tile's value columns: V in NVC chunks of 128, each a "value head" of its own
-    s_smem = gl.allocate_shared_memory(gl.bfloat16, [VC, K], s_desc.layout)
-    q_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, K], q_desc.layout)
-    k_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, K], q_desc.layout)
+    KC: gl.constexpr = _KC          # key columns per block: K in K / 128 blocks
+    PREGS: gl.constexpr = _PRODUCER_REGS if K == KC else _PRODUCER_REGS_K256
+    s_smem = gl.allocate_shared_memory(gl.bfloat16, [K // KC, VC, KC], s_desc.layout)
+    # q, k: two [BB, 128] entries each -- two stages of one key block at K = 128, one stage of two at K = 256
+    q_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, KC], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(gl.bfloat16, [2, BB, KC], q_desc.layout)
     ring = gl.allocate_shared_memory(gl.bfloat16, [NR, BB, VC], dst_desc.layout)
     aux = gl.allocate_shared_memory(gl.float32, [6 * TPC, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     keys = gl.allocate_shared_memory(gl.float32, [3, BB], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
@@ -464,7 +560,7 @@ def onela_ws_kernel(q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, ptrs,
     gl.warp_specialize([
         (_consumer, (descs, bufs, bars, ptrs, dims, G, STEP, K, V, NVC, BB, NR, TPC, FUSE, KH_OWN)),
         (_producer, (descs, bufs, bars, ptrs, dims, sv, G, STEP, K, V, NVC, BB, NR, TP, TPC, PWARPS, FUSE)),
-    ], [PWARPS], [_PRODUCER_REGS])
+    ], [PWARPS], [PREGS])
 
 
 def ws_shape_supports(geo, W: int, device=None) -> str | None:
@@ -473,8 +569,9 @@ def ws_shape_supports(geo, W: int, device=None) -> str | None:
     device = None if device is None else torch.device(device)
     if device is not None and (device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9):
         return f"ws: needs a Hopper GPU (wgmma, TMA), not {device}"
-    if geo.k != 128 or geo.v not in (VC_TILE, 2 * VC_TILE):
-        return f"ws: K={geo.k}, V={geo.v} (needs K = 128 and V = 128 or 256)"
+    if geo.k not in WS_HEAD_DIMS or geo.v not in WS_VALUE_DIMS:
+        return (f"ws: K={geo.k}, V={geo.v} (needs K in {', '.join(map(str, WS_HEAD_DIMS))} and V in "
+                f"{', '.join(map(str, WS_VALUE_DIMS))})")
     if W % BB_TILE:
         return f"ws: W={W} not a multiple of {BB_TILE}"
     return None
@@ -506,11 +603,16 @@ def _desc(x2d: torch.Tensor, block):
 # Tuning constants of the adopted kernel (kernels/NOTES.md, "Warp-specialised kernel"):
 ONE_LAUNCH_MAX_STEP = 1  # G > 2: steps <= this run the one-launch kernel, later ones the prep kernel + this one
 # The one-launch kernel keeps every depth's replay coefficients in shared memory ([6 TPC, 64] fp32, TPC = the next
-# power of two above the step): from step 8 (TPC 16) it needs 242,620 bytes, over sm_90's 232,448 per block, so
-# deeper steps run the prep kernel + this one, whose shared memory does not grow with the depth.
+# power of two above the step): from step 8 (TPC 16) they take 24 KB, which the ring pays for (at K = 128 its
+# 5 entries would need 242,620 bytes, over sm_90's 232,448 per block), so deeper steps run the prep kernel + this
+# one, whose shared memory does not grow with the depth.
 ONE_LAUNCH_DEEPEST_STEP = 7
-_OWN_KHAT_MAX_STEP = 1   # one-launch steps <= this store k-hat_t through a buffer of their own (ring one shorter)
+_OWN_KHAT_MAX_STEP = 1   # one-launch steps <= this store k-hat_t through a buffer of their own (ring one shorter;
+                         # K = 128 only: at K = 256 the 32 KB record goes through the o_t / delta_t staging buffers)
 _MAXNREG = 168           # 168 x 12 warps fills one SM's register file
+_SMEM_PER_BLOCK = 232448  # sm_90's dynamic shared memory per block
+_RING_MAX = 5            # ring entries at most: at K = 128 a deeper ring was no faster
+_SMEM_SLACK = 1024       # the barriers and the compiler's scratch beside the buffers the kernel allocates
 
 
 def ws_fuses_step(geo, t: int) -> bool:
@@ -525,13 +627,27 @@ def _ws_tiles(geo, R: int, W: int) -> int:
     return R * geo.hv * (geo.v // VC_TILE) * (W // BB_TILE)
 
 
+def _ws_ring_entries(K: int, fuse: bool, tpc: int, kh_own: bool) -> int:
+    """The ring depth NR: the [64, 128] bf16 entries that fit in the shared memory the other buffers leave (at
+    most _RING_MAX) -- the S tile, q and k (four entries' worth at either K), the o_t and delta_t staging, with
+    KH_OWN the k-hat_t buffer, and in the one-launch form the aux stages, the key scalars and the producer's
+    [64, TPC] layout conversion."""
+    entry = BB_TILE * VC_TILE * 2
+    fixed = VC_TILE * K * 2 + 6 * entry + (BB_TILE * K * 2 if kh_own else 0)
+    if fuse:
+        fixed += (6 * tpc + 3) * BB_TILE * 4 + BB_TILE * tpc * 4
+    return min(_RING_MAX, (_SMEM_PER_BLOCK - _SMEM_SLACK - fixed) // entry)
+
+
 def ws_launch_params(geo, R: int, W: int, t: int, fuse: bool, n_sm: int) -> tuple[tuple, dict, dict]:
     """(grid, constexpr arguments, launch options) of step t's warp-specialised kernel: one place for
     `launch_ws` and `tools.inspect`. One program per SM (at most one per tile)."""
     pow2 = lambda x: 1 << (x - 1).bit_length()      # noqa: E731
     tpc = max(2, pow2(t + 1))
-    kh_own = fuse and t <= _OWN_KHAT_MAX_STEP       # a k-hat_t buffer of its own takes one ring entry's 16 KB
-    const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=4 if kh_own else 5, KH_OWN=kh_own,
+    kh_own = fuse and t <= _OWN_KHAT_MAX_STEP and geo.k == KC_TILE
+    nr = _ws_ring_entries(geo.k, fuse, tpc, kh_own)
+    assert nr >= 2, (geo, t, fuse, nr)      # at K = 256 the consumer takes a k-hat row as two entries
+    const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=nr, KH_OWN=kh_own,
                  TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, FUSE=fuse, NVC=geo.v // VC_TILE)
     grid = (min(_ws_tiles(geo, R, W), n_sm),)
     return grid, const, {"num_warps": 8, "maxnreg": _MAXNREG}
@@ -542,13 +658,15 @@ def launch_ws(st, q, k, v, g, beta, parents, anc_prev, anc_cur, out, grid, const
     OneLAStepper `st`: with const FUSE the whole step, else the main kernel after the prep kernel."""
     geo, R, W = st.geometry, st.R, st.W
     rows = R * W
-    q_desc = _desc(q.as_strided((rows, geo.hk * geo.k), (q.stride(1), 1)), [BB_TILE, geo.k])
-    k_desc = _desc(k.as_strided((rows, geo.hk * geo.k), (k.stride(1), 1)), [BB_TILE, geo.k])
-    s_desc = _desc(st.s_bf16.view(R * geo.hv * geo.v, geo.k), [VC_TILE, geo.k])
+    # key-axis boxes are one 128-column key block (K = 256: two boxes per tile)
+    q_desc = _desc(q.as_strided((rows, geo.hk * geo.k), (q.stride(1), 1)), [BB_TILE, KC_TILE])
+    k_desc = _desc(k.as_strided((rows, geo.hk * geo.k), (k.stride(1), 1)), [BB_TILE, KC_TILE])
+    s_desc = _desc(st.s_bf16.view(R * geo.hv * geo.v, geo.k), [VC_TILE, KC_TILE])
     out_desc = _desc(out.view(rows, geo.hv * geo.v), [BB_TILE, VC_TILE])
-    # the records as rows in memory order ([T, R, H, W] rows, GtrStore): a tile's delta_t / k-hat_t is one 16 KB box
+    # the records as rows in memory order ([T, R, H, W] rows, GtrStore): a tile's delta_t is one 16 KB box, its
+    # k-hat_t one per key block
     dst_desc = _desc(st.store.delta.transpose(2, 3).view(-1, geo.v), [BB_TILE, VC_TILE])
-    khat_desc = _desc(st.store.khat.transpose(2, 3).view(-1, geo.k), [BB_TILE, geo.k])
+    khat_desc = _desc(st.store.khat.transpose(2, 3).view(-1, geo.k), [BB_TILE, KC_TILE])
     ptrs = (anc_prev if const["FUSE"] else anc_cur, parents, anc_cur, st.store.alpha, g, st.store.khat, st.coef,
             beta, st.store.delta, v)
     dims = (R, W, geo.hv, st.T, _ws_tiles(geo, R, W))
