@@ -122,6 +122,31 @@ def test_onela_decodes_of_any_depth_match_fp64_reference(geo, R, W, T, lineage, 
         assert torch.equal(st.anc[(T - 1) % 2][..., :T - 1].cpu(), anc[..., :T - 1].to(torch.int32))
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="moves the depth-tiled form's first step: interpreter only")
+@pytest.mark.parametrize("geo,tile", [(Geometry(1, 3, 48, 16), 2), (Geometry(2, 4, 16, 32), 4)])
+def test_onela_depth_tiled_prep_gives_the_one_tile_outputs(geo, tile, device, monkeypatch):
+    """The prep kernel's depth-tiled form (from DEEP_STEP on) writes what its one-tile form writes: here moved to
+    step 2 with tiles of 2 or 4 columns, a T = 10 decode (up to 5 tiles, the deepest one partial, G = 3 and 2
+    value heads' alpha chains carried between tiles, K padded) against the one-tile form at every step -- outputs,
+    records and ancestry. The gates are scaled so that the deepest records still weigh in o (alpha ~ 1)."""
+    import kernels.onela.plan as plan
+    import kernels.onela.triton_kernels as tk
+    wl = make_workload(geo, 1, 5, 10, lineage="beam", seed=tile, device=device, prompt_len=16)
+    wl.g = wl.g * 0.01
+    st0, out0 = _run(OneLAStepper, wl, torch.float32)
+    monkeypatch.setattr(tk, "_DEEP_STEP", 2)        # the interpreter reads the kernel's globals when it runs
+    monkeypatch.setattr(plan, "DEEP_STEP", 2)
+    monkeypatch.setattr(plan, "_DEPTH_TILE", tile)
+    st1, out1 = _run(OneLAStepper, wl, torch.float32)
+    assert step_launches(st1.config, geo, 1, 5, 9)["prep"][1]["TP"] == tile
+    assert torch.isfinite(out1).all()
+    assert (out1 - out0).abs().max().item() <= 1e-6 * out0.abs().max().item()
+    assert torch.equal(st1.anc, st0.anc)
+    for a, b in zip(st1.store.tensors(), st0.store.tensors()):
+        assert torch.allclose(a.float(), b.float(), rtol=1e-6, atol=1e-7)
+    assert torch.allclose(st1.coef, st0.coef, rtol=1e-6, atol=1e-7)
+
+
 def test_onela_refuses_only_depths_its_offsets_cannot_index(device):
     """No depth limit of the kernels' own: supports() takes T = 64 and 1000, and refuses T < 1 and a shape whose
     coefficient table outgrows int32 offsets, naming the number, as the stepper does before it allocates."""
@@ -505,6 +530,13 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
     for ln in lines:
         assert 0 < int(ln.split(":")[1].split()[0]) <= 255, ln
 
+    # past step 31 (W = 64: the ws kernel's shape): the Triton prep kernel, its depth axis in tiles, then the main
+    # kernel; the prep kernel without spills at any depth (K = 256: tiles of 4 columns)
+    out = inspect("--geometry", "gdn_1_3b", "--R", "1", "--W", "64", "--O", "64", "--steps", "32", "62")
+    for step in (32, 62):
+        lines = [ln for ln in out if ln.startswith(f"step {step} ")]
+        assert [ln.split()[2] for ln in lines] == ["prep", "main"] and " 0 bytes spilled" in lines[0], out
+
     out = inspect("--geometry", "range_k256_v256", "--R", "16", "--O", "3", "--steps", "1", "--order",
                   "--config", '{"ws": false}')
     order = out[out.index(next(ln for ln in out if ln.startswith("step 1 main"))) + 1]
@@ -589,7 +621,7 @@ def test_kernel_functions_take_bundled_arguments():
     assert max(n for (f, _), n in counts.items() if f == "triton_kernels.py") <= 26, counts
 
 
-# The contract grid of the onela path (sampled): depths across the one-launch limit (7 / 8) and up to MAX_STEPS,
+# The contract grid of the onela path (sampled): depths across the one-launch limit (7 / 8) and past step 31,
 # beam widths not a multiple of the 64-beam tile, head sizes of both kernels (powers of two and other multiples of
 # 16 up to 512) and a few unsupported ones, groups 1-8.
 _CONTRACT = [(T, W, K, V, G) for T, W, (K, V), G in (

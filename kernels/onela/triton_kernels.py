@@ -82,6 +82,19 @@ def _store_khat(khat_ptr, row, kf, inv_k, mask_b, K: tl.constexpr, KP: tl.conste
 
 
 @triton.jit
+def _key_rows(q_ptr, k_ptr, qk_row, mask_b, K: tl.constexpr, KP: tl.constexpr):
+    """This step's q, k rows [BB, KP] (fp32, zero past K) at rows `qk_row`, with `_norms`' (inv_q, inv_k,
+    k-hat . q-hat): the reads the prep kernel issues before the PDL wait."""
+    offs_k = tl.arange(0, KP)
+    qk_off = qk_row[:, None] + offs_k[None, :]
+    kmask = _row_mask(mask_b, offs_k, K, KP)
+    qf = tl.load(q_ptr + qk_off, mask=kmask, other=0.0).to(tl.float32)
+    kf = tl.load(k_ptr + qk_off, mask=kmask, other=0.0).to(tl.float32)
+    inv_q, inv_k, kq_t = _norms(qf, kf, K)
+    return qf, kf, inv_q, inv_k, kq_t
+
+
+@triton.jit
 def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, dims, offs_b, mask_b,
               K: tl.constexpr, KP: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
               PDL: tl.constexpr):
@@ -93,11 +106,8 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, dims
     R, W, HK, T_CAP = dims
     offs_k = tl.arange(0, KP)
     offs_t = tl.arange(0, TP)
-    qk_off = qk_row[:, None] + offs_k[None, :]
     kmask = _row_mask(mask_b, offs_k, K, KP)
-    qf = tl.load(q_ptr + qk_off, mask=kmask, other=0.0).to(tl.float32)
-    kf = tl.load(k_ptr + qk_off, mask=kmask, other=0.0).to(tl.float32)
-    inv_q, inv_k, kq_t = _norms(qf, kf, K)
+    qf, kf, inv_q, inv_k, kq_t = _key_rows(q_ptr, k_ptr, qk_row, mask_b, K, KP)
     if PDL:
         tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
     _store_khat(khat_ptr, record_row(STEP, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b, K, KP)
@@ -155,14 +165,9 @@ def _prep_deep(q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_p
     to the next tile in registers -- so registers are those of one tile at any depth."""
     R, W, HV, HK, T_CAP = dims
     GP: tl.constexpr = triton.next_power_of_2(G)
-    offs_k = tl.arange(0, KP)
     offs_t = tl.arange(0, TP)
     offs_g = tl.arange(0, GP)
-    qk_off = qk_row[:, None] + offs_k[None, :]
-    kmask = _row_mask(mask_b, offs_k, K, KP)
-    qf = tl.load(q_ptr + qk_off, mask=kmask, other=0.0).to(tl.float32)
-    kf = tl.load(k_ptr + qk_off, mask=kmask, other=0.0).to(tl.float32)
-    inv_q, inv_k, kq_t = _norms(qf, kf, K)
+    qf, kf, inv_q, inv_k, kq_t = _key_rows(q_ptr, k_ptr, qk_row, mask_b, K, KP)
     rw = r * W + offs_b
     hvs = hk * G + offs_g                           # the group's value heads, as columns
     gmask = mask_b[:, None] & (offs_g < G)[None, :]
