@@ -23,8 +23,8 @@ _MAX_BEAM_ITERS = 8      # beam tiles one main-kernel program runs, at most
 
 # The prep kernel from step DEEP_STEP on takes the depth axis in tiles of this many columns, in a run-time loop:
 # its registers are one tile's at any depth. The widest tiles that compile for sm_90a without spills (8 at K <= 128,
-# 4 at K = 256, 201-241 and 213-218 registers at steps 32-63), given the registers up to maxnreg: ptxas left to
-# itself caps them at 128-168 and spills a few values.
+# 4 at K = 256: 201-241 and 213-218 registers at steps 32-127; K = 512 spills 248 bytes), given registers up to
+# maxnreg: ptxas left to itself holds the kernel to 128-168 registers and spills a few values.
 _DEPTH_TILE = 8
 _DEPTH_TILE_WIDE_K = 4       # K > 128: the q, k rows and each gathered k-hat row take twice the registers
 _PREP_DEEP_MAXNREG = 255
@@ -108,8 +108,8 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
 
 
 def _prep_launch(geo, R: int, W: int, t: int, pdl: int) -> tuple:
-    deep = t >= DEEP_STEP
-    tp = (_DEPTH_TILE if geo.k <= 128 else _DEPTH_TILE_WIDE_K) if deep else max(2, triton.next_power_of_2(t))        # one depth tile, or every depth
+    deep = t >= DEEP_STEP       # TP: one depth tile's columns, or every depth's
+    tp = (_DEPTH_TILE if geo.k <= 128 else _DEPTH_TILE_WIDE_K) if deep else max(2, triton.next_power_of_2(t))
     opts = {"num_warps": _PREP_WARPS, "launch_pdl": bool(pdl), **({"maxnreg": _PREP_DEEP_MAXNREG} if deep else {})}
     return ((triton.cdiv(W, _PREP_BEAMS), R * geo.hk),
             dict(K=geo.k, KP=triton.next_power_of_2(geo.k), G=geo.group, STEP=t, TP=tp, BB=_PREP_BEAMS, PDL=pdl),

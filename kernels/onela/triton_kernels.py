@@ -188,7 +188,7 @@ def _prep_deep(q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_p
         live = mask_b[:, None] & (depth < STEP)
         if hk == 0:
             tl.store(anc_next_ptr + rw[:, None] * T_CAP + depth, slots, mask=live)
-        for i in tl.static_range(G):                # coefficient rows as in the shallow form (see there)
+        for i in tl.static_range(G):                # rows 3 + 2j, 4 + 2j of onela_prep_kernel's table
             hv = hk * G + i
             base = coef_ptr + (r * HV + hv) * W + offs_b
             alphas = tl.load(alpha_ptr + record_row(depth, r, hv, slots, R, HV, W), mask=live, other=1.0)
