@@ -101,24 +101,67 @@ def test_onela_tiles_give_the_one_tile_per_program_outputs(cfg, device):
             assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6), (geo, R, W, T, cfg)
 
 
-def test_onela_deep_decodes_match_fp64_reference_and_past_the_limit_are_refused(device):
-    """Every depth the kernels accept runs: T = 12 on a small grouped shape under the interpreter (the replay loop
-    and the prep kernel's depth tiles past 8), within the fp64 reference's bound; T past MAX_STEPS is refused by
-    supports(), the stepper and the public op, naming the number."""
-    from artifact.workload import Shape
-    from kernels.onela.plan import MAX_STEPS
-    geo = Geometry(1, 2, 16, 16)
-    wl = make_workload(geo, 1, 5, 12, lineage="beam", seed=12, device=device, prompt_len=16)
+@pytest.mark.parametrize("geo,R,W,T,lineage", [
+    (Geometry(1, 2, 16, 16), 1, 5, 12, "beam"),         # shallow: the replay loop, prep's depth tile past 8
+    (Geometry(1, 2, 48, 16), 1, 3, 33, "reversed"),     # the first depth-tiled step (32): G = 2, K padded to 64
+    (Geometry(1, 1, 16, 16), 1, 2, 40, "beam"),         # depth-tiled steps 32-39
+])
+def test_onela_decodes_of_any_depth_match_fp64_reference(geo, R, W, T, lineage, device):
+    """Every depth runs: past step 31 the prep kernel takes the depth axis in tiles (a run-time loop carrying the
+    alpha products), within the fp64 reference's bound as the shallow steps are (interpreter: tiny shapes)."""
+    from kernels.onela.triton_kernels import DEEP_STEP
+    wl = make_workload(geo, R, W, T, lineage=lineage, seed=T, device=device, prompt_len=16)
     ref = fullstate_decode(wl, torch.float64)
-    _, out = _run(OneLAStepper, wl, torch.float32)
-    assert torch.isfinite(out).all()
+    st, out = _run(OneLAStepper, wl, torch.float32)
+    assert torch.isfinite(out).all(), "an output element was never written (poisoned NaN survived)"
     tol = (GPU_REL_TOL if device == "cuda" else CPU_REL_TOL) * ref.abs().max().item()
     assert (out.double() - ref).abs().max().item() <= tol
-    too_deep = f"T={MAX_STEPS + 1} decode steps unsupported (1..{MAX_STEPS}"
-    assert too_deep in get_path("onela").supports(geo, Shape(1, 5, MAX_STEPS + 1), device)
-    assert get_path("onela").supports(geo, Shape(1, 5, MAX_STEPS), device) is None
-    with pytest.raises(ValueError, match=re.escape(too_deep)):
-        OneLAStepper(geo, 1, 5, MAX_STEPS + 1, device)
+    if T > DEEP_STEP:       # the deep steps' ancestry rows: the parents' chains, as the reference builds them
+        from artifact.ancestry import build as build_ancestry
+        anc = build_ancestry(wl.parents.cpu())[T - 1]
+        assert torch.equal(st.anc[(T - 1) % 2][..., :T - 1].cpu(), anc[..., :T - 1].to(torch.int32))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="moves the depth-tiled form's first step: interpreter only")
+@pytest.mark.parametrize("geo,tile", [(Geometry(1, 3, 48, 16), 2), (Geometry(2, 4, 16, 32), 4)])
+def test_onela_depth_tiled_prep_gives_the_one_tile_outputs(geo, tile, device, monkeypatch):
+    """The prep kernel's depth-tiled form (from DEEP_STEP on) writes what its one-tile form writes: here moved to
+    step 2 with tiles of 2 or 4 columns, a T = 10 decode (up to 5 tiles, the deepest one partial, G = 3 and 2
+    value heads' alpha chains carried between tiles, K padded) against the one-tile form at every step -- outputs,
+    records and ancestry. The gates are scaled so that the deepest records still weigh in o (alpha ~ 1)."""
+    import kernels.onela.plan as plan
+    import kernels.onela.triton_kernels as tk
+    wl = make_workload(geo, 1, 5, 10, lineage="beam", seed=tile, device=device, prompt_len=16)
+    wl.g = wl.g * 0.01
+    st0, out0 = _run(OneLAStepper, wl, torch.float32)
+    monkeypatch.setattr(tk, "_DEEP_STEP", 2)        # the interpreter reads the kernel's globals when it runs
+    monkeypatch.setattr(plan, "DEEP_STEP", 2)
+    monkeypatch.setattr(plan, "_DEPTH_TILE", tile)
+    st1, out1 = _run(OneLAStepper, wl, torch.float32)
+    assert step_launches(st1.config, geo, 1, 5, 9)["prep"][1]["TP"] == tile
+    assert torch.isfinite(out1).all()
+    assert (out1 - out0).abs().max().item() <= 1e-6 * out0.abs().max().item()
+    assert torch.equal(st1.anc, st0.anc)
+    for a, b in zip(st1.store.tensors(), st0.store.tensors()):
+        assert torch.allclose(a.float(), b.float(), rtol=1e-6, atol=1e-7)
+    assert torch.allclose(st1.coef, st0.coef, rtol=1e-6, atol=1e-7)
+
+
+def test_onela_refuses_only_depths_its_offsets_cannot_index(device):
+    """No depth limit of the kernels' own: supports() takes T = 64 and 1000, and refuses T < 1 and a shape whose
+    coefficient table outgrows int32 offsets, naming the number, as the stepper does before it allocates."""
+    from artifact.workload import Shape
+    from kernels.onela.plan import depth_supports
+    geo = Geometry(1, 2, 16, 16)
+    for T in (32, 33, 64, 1000):
+        assert get_path("onela").supports(geo, Shape(1, 5, T), device) is None
+    assert "T=0 decode steps unsupported" in depth_supports(0)
+    big = Geometry(16, 64, 128, 128)
+    reason = get_path("onela").supports(big, Shape(64, 4096, 100), device)
+    assert "(3 + 2T) * R * HV * W = 3405774848 entries exceed int32 offsets (2147483647)" in reason, reason
+    assert get_path("onela").supports(big, Shape(64, 4096, 60), device) is None
+    with pytest.raises(ValueError, match=re.escape("exceed int32 offsets")):
+        OneLAStepper(big, 64, 4096, 100, device)
 
 
 @pytest.mark.parametrize("stepper_cls", [OneLAStepper, ControlledFullStateStepper])
@@ -139,9 +182,10 @@ def test_head_sizes_that_are_not_powers_of_two_match_fp64_reference(stepper_cls,
 
 
 # A sample of the CPU contract grid: T 1..12, W 1 / 5 / 17 / 64, K and V multiples of 16 (powers of two or not),
-# G 1-3, and shapes supports() must refuse.
+# G 1-3, and shapes supports() must refuse (a coefficient table past int32 offsets, K or V off the grid).
 _CPU_CONTRACT = [(1, 1, 16, 16, 1), (2, 5, 32, 48, 2), (5, 17, 48, 16, 3), (8, 64, 16, 32, 1), (9, 5, 64, 16, 2),
-                 (12, 17, 16, 80, 1), (12, 1, 32, 32, 3), (33, 5, 16, 16, 1), (3, 5, 24, 16, 1), (3, 5, 16, 520, 1)]
+                 (12, 17, 16, 80, 1), (12, 1, 32, 32, 3), (12, 2**27, 16, 16, 1), (3, 5, 24, 16, 1),
+                 (3, 5, 16, 520, 1)]
 
 
 def test_supports_is_a_promise_on_a_sampled_grid(device):
@@ -331,14 +375,14 @@ def _graph_replays(cfg, wl, n):
 @pytest.mark.gpu
 @pytest.mark.parametrize("ws", [False, True])
 @pytest.mark.parametrize("name,R,W,T", [("qwen3_5_0_8b", 4, 512, 6), ("qwen3_5_0_8b", 2, 37, 5),
-                                        ("gdn_1_3b", 4, 512, 10)])
+                                        ("gdn_1_3b", 4, 512, 10), ("qwen3_5_0_8b", 1, 64, 40)])
 def test_gpu_pdl_launches_give_bit_identical_graph_replays(name, R, W, T, ws):
     """Programmatic dependent launch (each launch may start while the previous one finishes, its reads of this
     step's inputs before the grid-dependency wait and everything else after it) changes no result: a CUDA graph of
     the T-step decode, replayed many times, writes bit for bit the outputs, GTRs and ancestry of plain launches --
     a read moved above the wait that depends on the previous launch would show as a mismatch. For the Triton
     kernels (ws False) and the default, which at W=512 is the warp-specialised kernel (at K = 256 too, gdn_1_3b,
-    with the prep kernel before it past step 7)."""
+    with the prep kernel before it past step 7); at T = 40 the depth-tiled prep kernel past step 31 too."""
     wl = make_workload(name, R, W, T, lineage="beam", seed=R + W, device="cuda")
     results = []
     for cfg in ({"pdl": 0}, {"pdl": 1}, {"pdl": 2}):     # 1: wait after the first projections, 2: before them
@@ -357,7 +401,8 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(name, R, W, T, ws):
                                         ("qwen3_5_397b", 2, 64, 4), ("kimi_linear", 1, 128, 6),
                                         ("gdn_small", 3, 192, 6), ("range_hk4_hv16", 2, 128, 5),
                                         ("range_k256_v256", 4, 512, 6), ("range_k256_v256", 1, 64, 10),
-                                        ("gdn_1_3b", 4, 512, 9), ("gdn_1_3b", 1, 64, 12)])
+                                        ("gdn_1_3b", 4, 512, 9), ("gdn_1_3b", 1, 64, 12),
+                                        ("qwen3_5_0_8b", 1, 64, 40), ("gdn_1_3b", 1, 64, 34)])
 def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     """The warp-specialised Gluon kernel (kernels/onela/ws.py) -- the whole step in one launch, and after the prep
     kernel at G > 2's deeper steps and past step 7 -- passes the FP32 FullState gate, writes the Triton kernels'
@@ -365,14 +410,15 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     another order), and its captured graph (PDL launches) replays bit for bit. The interpreter cannot run Gluon:
     this is its correctness test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share
     key heads; V = 256 and 512 run each value head as 128-column chunks; K = 256 (range_k256_v256, gdn_1_3b) as two
-    128-column key blocks, at R = 1 and 4, W = 64 and 512, down to step 11."""
-    from kernels.onela.ws import ws_fuses_step
+    128-column key blocks, at R = 1 and 4, W = 64 and 512, down to step 11. T = 40 and 34: past step 31 the
+    Triton prep (depth-tiled) and main kernels take over from it within the decode, within the same gate."""
+    from kernels.onela.ws import WS_DEEPEST_STEP, ws_fuses_step
     wl = make_workload(name, R, W, T, lineage="beam", seed=5, device="cuda")
     ref = fullstate_decode(wl)
     base, _ = _graph_replays({"ws": False}, wl, 1)      # the Triton kernels
     st, replays = _graph_replays(None, wl, 4)
     deep = not all(ws_fuses_step(wl.geometry, t) for t in range(T))
-    want = {"ws_step"} | ({"ws_main", "prep"} if deep else set())
+    want = {"ws_step"} | ({"ws_main", "prep"} if deep else set()) | ({"main"} if T > WS_DEEPEST_STEP + 1 else set())
     assert set(st.kernel_info) == want, st.kernel_info
     assert max_abs_err(replays[0], ref) <= DEFAULT_TOLERANCE
     for o in replays[1:]:
@@ -396,7 +442,8 @@ def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups()
     nowhere past step 7, where the one-launch kernel's shared memory would exceed sm_90's. At K = 128 a k-hat_t
     buffer of its own (one ring entry fewer) at the one-launch steps 0-1; at K = 256 (gdn_1_3b) one q, k stage and
     a [128, 256] S tile leave the ring 3 entries in one launch and 4 after the prep kernel, and k-hat_t goes
-    through the o_t / delta_t staging buffers."""
+    through the o_t / delta_t staging buffers. Past step 31 the Triton prep + main kernels run, the prep kernel's
+    depth axis in tiles of 8 columns (4 at K = 256)."""
     for geometry, one_launch in (("qwen3_5_0_8b", range(8)), ("qwen3_5_397b", (0, 1)), ("gdn_1_3b", range(8))):
         geo = GEOMETRIES[geometry]
         cfg = launch_config(geo.k, geo.v, 512, 4, geo.hv, 132, geo.group)
@@ -409,6 +456,10 @@ def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups()
                 const["NR"] == nr, (geometry, t, const)
             assert launches["ws"][1]["TPC"] <= 8 or not const["FUSE"]
             assert launches["ws"][0] == (132,)
+        for t in (32, 40, 1000):    # past step 31 the Triton kernels, the prep kernel's depth axis in tiles
+            launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
+            assert sorted(launches) == ["main", "prep"], (geometry, t)
+            assert launches["prep"][1]["TP"] == (8 if geo.k == 128 else 4), (geometry, t)
         assert "ws" not in step_launches({**cfg, "ws": False}, geo, 4, 512, 1, interpret=False, ws_ok=True)
 
 
@@ -478,6 +529,13 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
     assert [ln.split()[2] for ln in lines] == ["prep", "main"]
     for ln in lines:
         assert 0 < int(ln.split(":")[1].split()[0]) <= 255, ln
+
+    # past step 31 (W = 64: the ws kernel's shape): the Triton prep kernel, its depth axis in tiles, then the main
+    # kernel; the prep kernel without spills at any depth (K = 256: tiles of 4 columns)
+    out = inspect("--geometry", "gdn_1_3b", "--R", "1", "--W", "64", "--O", "64", "--steps", "32", "62")
+    for step in (32, 62):
+        lines = [ln for ln in out if ln.startswith(f"step {step} ")]
+        assert [ln.split()[2] for ln in lines] == ["prep", "main"] and " 0 bytes spilled" in lines[0], out
 
     out = inspect("--geometry", "range_k256_v256", "--R", "16", "--O", "3", "--steps", "1", "--order",
                   "--config", '{"ws": false}')
@@ -563,7 +621,7 @@ def test_kernel_functions_take_bundled_arguments():
     assert max(n for (f, _), n in counts.items() if f == "triton_kernels.py") <= 26, counts
 
 
-# The contract grid of the onela path (sampled): depths across the one-launch limit (7 / 8) and up to MAX_STEPS,
+# The contract grid of the onela path (sampled): depths across the one-launch limit (7 / 8) and past step 31,
 # beam widths not a multiple of the 64-beam tile, head sizes of both kernels (powers of two and other multiples of
 # 16 up to 512) and a few unsupported ones, groups 1-8.
 _CONTRACT = [(T, W, K, V, G) for T, W, (K, V), G in (

@@ -10,7 +10,8 @@ import os
 
 import triton
 
-from kernels.onela.ws import WS_HEAD_DIMS, WS_VALUE_DIMS, ws_fuses_step, ws_launch_params
+from kernels.onela.triton_kernels import DEEP_STEP
+from kernels.onela.ws import WS_DEEPEST_STEP, WS_HEAD_DIMS, WS_VALUE_DIMS, ws_fuses_step, ws_launch_params
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -20,16 +21,26 @@ _PREP_BEAMS = 16         # prep kernel's beam tile: wider tiles spill its [BB, K
 _PREP_WARPS = 4
 _MAX_BEAM_ITERS = 8      # beam tiles one main-kernel program runs, at most
 
-# Decode steps a decode may take: the prep kernel holds every depth's ancestry slot, dots and alpha in [16, TP]
-# register tiles (TP = the next power of two >= the step), compiled for sm_90a without spills up to step 15 and
-# with a few hundred bytes at step 31; deeper decodes would need the depth axis tiled.
-MAX_STEPS = 32
+# The prep kernel from step DEEP_STEP on takes the depth axis in tiles of this many columns, in a run-time loop:
+# its registers are one tile's at any depth. The widest tiles that compile for sm_90a without spills (8 at K <= 128,
+# 4 at K = 256: 201-241 and 213-218 registers at steps 32-127; K = 512 spills 248 bytes), given registers up to
+# maxnreg: ptxas left to itself holds the kernel to 128-168 registers and spills a few values.
+_DEPTH_TILE = 8
+_DEPTH_TILE_WIDE_K = 4       # K > 128: the q, k rows and each gathered k-hat row take twice the registers
+_PREP_DEEP_MAXNREG = 255
+# The depth of a decode is limited only by int32 offsets: the kernels index the coefficient table, (3 + 2T) R HV W
+# fp32 entries, in int32, and its entries outnumber the record rows (T R HV W) and ancestry entries (R W T).
+_INT32_MAX = 2**31 - 1
 
 
-def depth_supports(T: int) -> str | None:
-    """Why the kernels cannot run a T-step decode (None: they can)."""
-    if not 1 <= T <= MAX_STEPS:
-        return f"onela: T={T} decode steps unsupported (1..{MAX_STEPS}, i.e. at most {MAX_STEPS + 1} output tokens)"
+def depth_supports(T: int, R: int = 1, W: int = 1, HV: int = 1) -> str | None:
+    """Why the kernels cannot run a T-step decode of R requests, W beams, HV value heads (None: they can): T < 1,
+    or a coefficient table past int32 offsets. The kernels' registers and shared memory do not grow with T."""
+    if T < 1:
+        return f"onela: T={T} decode steps unsupported (at least 1)"
+    if (3 + 2 * T) * R * HV * W > _INT32_MAX:
+        return (f"onela: T={T} decode steps unsupported at R={R}, W={W}, HV={HV}: the coefficient table's "
+                f"(3 + 2T) * R * HV * W = {(3 + 2 * T) * R * HV * W} entries exceed int32 offsets ({_INT32_MAX})")
     return None
 
 
@@ -79,9 +90,10 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
                   ws_ok: bool = False, n_sm: int = 132) -> dict:
     """Kernel name -> (grid, constexpr arguments, launch options) of step t under launch config `cfg`: "prep" and
     "main" (the Triton kernels; step 0 "main" alone under fuse_step0), or where `ws_ok` (the warp-specialised
-    kernel takes this shape and these inputs) "ws" -- alone when it does the whole step, after "prep" otherwise."""
+    kernel takes this shape and these inputs) "ws" -- alone when it does the whole step, after "prep" otherwise.
+    Steps past WS_DEEPEST_STEP run the Triton kernels ("prep" in its depth-tiled form from DEEP_STEP on)."""
     pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
-    if ws_ok and cfg["ws"] and not interpret:    # the interpreter runs no Gluon
+    if ws_ok and cfg["ws"] and not interpret and t <= WS_DEEPEST_STEP:    # the interpreter runs no Gluon
         fuse = ws_fuses_step(geo, t)
         grid, const, opts = ws_launch_params(geo, R, W, t, fuse, n_sm)
         ws = {"ws": (grid, const, {**opts, "launch_pdl": bool(pdl)})}
@@ -96,7 +108,9 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
 
 
 def _prep_launch(geo, R: int, W: int, t: int, pdl: int) -> tuple:
-    tp = max(2, triton.next_power_of_2(t))
+    deep = t >= DEEP_STEP       # TP: one depth tile's columns, or every depth's
+    tp = (_DEPTH_TILE if geo.k <= 128 else _DEPTH_TILE_WIDE_K) if deep else max(2, triton.next_power_of_2(t))
+    opts = {"num_warps": _PREP_WARPS, "launch_pdl": bool(pdl), **({"maxnreg": _PREP_DEEP_MAXNREG} if deep else {})}
     return ((triton.cdiv(W, _PREP_BEAMS), R * geo.hk),
             dict(K=geo.k, KP=triton.next_power_of_2(geo.k), G=geo.group, STEP=t, TP=tp, BB=_PREP_BEAMS, PDL=pdl),
-            {"num_warps": _PREP_WARPS, "launch_pdl": bool(pdl)})
+            opts)

@@ -3,13 +3,15 @@
 State: the shared post-prefill S_ctx, the append-only `GtrStore` and an [R, W, T] ancestry index in two
 ping-pong tables (step t reads table (t - 1) % 2 and writes table t % 2), plus a per-step coefficient
 workspace the prep kernel writes and the main kernels read. Per step: the warp-specialised kernel where it
-applies, else the Triton prep and main kernels (`kernels.onela.plan`).
+applies, else the Triton prep and main kernels (`kernels.onela.plan`). What grows with the depth -- the store, the
+ancestry tables, the coefficient table -- is allocated for the decode's T steps; the kernels' registers and shared
+memory do not grow with it.
 """
 from __future__ import annotations
 
 import torch
 
-from artifact.ancestry import build as build_ancestry
+from artifact.ancestry import advance as advance_ancestry
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
 from kernels.checks import check_reset, check_step, kernel_supports
@@ -26,7 +28,7 @@ class OneLAStepper(Stepper):
 
     def __init__(self, geometry, R, W, T, device, config: dict | None = None):
         super().__init__(geometry, R, W, T, device)
-        reason = kernel_supports("onela", geometry, self.device) or depth_supports(T)
+        reason = kernel_supports("onela", geometry, self.device) or depth_supports(T, R, W, geometry.hv)
         if reason:
             raise ValueError(reason)
         unknown = sorted(set(config or {}) - set(CONFIG_KEYS))
@@ -104,7 +106,7 @@ class OneLAPath(StepperPath):
     stepper_cls = OneLAStepper
 
     def supports(self, geometry, shape, device):
-        return kernel_supports("onela", geometry, device) or depth_supports(shape.T)
+        return kernel_supports("onela", geometry, device) or depth_supports(shape.T, shape.R, shape.W, geometry.hv)
 
     def cost(self, wl) -> dict:
         return onela_cost(wl)
@@ -116,13 +118,16 @@ def onela_step_bytes(wl) -> list[tuple[int, int]]:
     esz = wl.q.element_size()
     rec_v = geo.hv * (4 + 2 * geo.v)          # alpha + delta of one (beam slot) record, all value heads
     rec_k = geo.hk * 2 * geo.k                # k-hat of one record, all key heads
-    anc = build_ancestry(wl.parents.cpu())    # [T, R, W, T]
+    parents = wl.parents.cpu()
+    anc = torch.zeros(R, W, T, dtype=torch.int32)      # step t's ancestry table, advanced step by step
     steps = []
     for t in range(T):
+        if t:
+            anc = advance_ancestry(anc, parents[t], t)
         read = R * W * (2 * geo.hk * geo.k * esz + geo.hv * geo.v * esz + geo.hv * 8 + 4)     # inputs
         read += R * geo.hv * geo.v * geo.k * 4                                                # S_ctx
         for j in range(t):
-            distinct = sum(anc[t, r, :, j].unique().numel() for r in range(R))
+            distinct = sum(anc[r, :, j].unique().numel() for r in range(R))
             read += distinct * (rec_v + rec_k)                                                # replayed GTRs
         steps.append((read, R * W * (geo.hv * geo.v * esz + rec_v + rec_k + t * 4 * 2)))     # o, new GTR, ancestry
     return steps

@@ -37,7 +37,9 @@ run-time loop that loads each depth's coefficients a depth ahead, and the produc
 (88 at K = 128).
 
 Applies on Hopper where K is 128 or 256 (WS_HEAD_DIMS), V is 128, 256 or 512 (WS_VALUE_DIMS) and W a multiple of
-the 64-beam tile (`ws_shape_supports`; no partial tiles: the TMA boxes are 2-D over [R * W, H * D] views). A
+the 64-beam tile (`ws_shape_supports`; no partial tiles: the TMA boxes are 2-D over [R * W, H * D] views), at steps
+up to WS_DEEPEST_STEP (31): the producer holds a beam tile's ancestry rows as [64, TP] register tiles and unrolls
+its gathers over the depths, so deeper steps run the Triton prep + main kernels, which loop over the depth. A
 value head of V > 128 runs as V / 128 chunks of 128 value columns, each with its own tiles as if it were a value
 head: its own S rows, v, delta and o columns; the key axis (q, k, the ancestral k-hat rows and their dots) is the
 same for every chunk and formed again by each, and chunk 0 alone writes the alpha_t / k-hat_t records and the
@@ -607,6 +609,10 @@ ONE_LAUNCH_MAX_STEP = 1  # G > 2: steps <= this run the one-launch kernel, later
 # 5 entries would need 242,620 bytes, over sm_90's 232,448 per block), so deeper steps run the prep kernel + this
 # one, whose shared memory does not grow with the depth.
 ONE_LAUNCH_DEEPEST_STEP = 7
+# The deepest step this kernel runs (either form): its producer holds the ancestry rows of a beam tile and the next
+# as [64, TP] tiles and unrolls its gathers over the depths, so registers grow with the step; deeper steps run the
+# Triton prep + main kernels (`kernels.onela.plan.step_launches`), whose registers do not.
+WS_DEEPEST_STEP = 31
 _OWN_KHAT_MAX_STEP = 1   # one-launch steps <= this store k-hat_t through a buffer of their own (ring one shorter;
                          # K = 128 only: at K = 256 the 32 KB record goes through the o_t / delta_t staging buffers)
 _MAXNREG = 168           # 168 x 12 warps fills one SM's register file

@@ -34,9 +34,10 @@ from sweeps.context import RunContext, one_line
 BUILD = "(workload + FP32 reference)"        # wall-record labels of the per-shape work no path owns
 RELEASE = "(memory release between shapes)"
 LAUNCH_FLOOR = "(launch floor)"             # timing the streaming launches of launch_floor_ms
-# Above this bandwidth floor a step streams for >= 5 ms / MAX_STEPS (32), about 0.16 ms, against a few
-# microseconds of launch ramp and drain: T launches add < 2 % to floor_ms, so the column stays empty there
-# rather than spending seconds of copies per cell on a number that equals floor_ms within that bound.
+# Above this bandwidth floor a step streams for >= 5 ms / 31 (the suites' cells take at most 31 steps: beam_scaling's
+# deepest T), about 0.16 ms, against a few microseconds of launch ramp and drain: T launches add < 2 % to floor_ms,
+# so the column stays empty there rather than spending seconds of copies per cell on a number that equals floor_ms
+# within that bound.
 LAUNCH_FLOOR_MAX_FLOOR_MS = 5.0
 SHAPE_FIELDS = ("geometry", "HK", "HV", "K", "V", "R", "W", "T", "prompt_len", "lineage", "seed")
 
