@@ -34,19 +34,33 @@ def _read(suite: str) -> pd.DataFrame:
     return _committed(suite).copy()
 
 
+QUICK_SUITES = sorted(p.stem for p in (REPO / "sweeps" / "conf" / "suite").glob("quick_*.yaml"))
+
+
+@functools.cache
+def _quick_hashes() -> dict[str, frozenset]:
+    """The config_hash of every cell `./run_all.sh quick` runs on a GPU, by results table (composed from
+    sweeps/conf/suite/quick_*.yaml, so these rows follow the quick path's configs)."""
+    import torch
+    from hydra import compose, initialize_config_module
+
+    import sweeps.schema  # noqa: F401 - registers the structured configs
+    from sweeps.spec import shard_cells, validate
+    out: dict[str, set] = {}
+    with initialize_config_module("sweeps.conf", version_base="1.3"):
+        for suite in QUICK_SUITES:
+            spec = validate(compose("config", overrides=[f"suite={suite}"]))
+            out.setdefault(spec.suite, set()).update(c["config_hash"] for c in shard_cells(spec, torch.device("cuda")))
+    return {s: frozenset(h) for s, h in out.items()}
+
+
 def quick_rows() -> dict[str, pd.DataFrame]:
     """The committed rows of the cells `./run_all.sh quick` runs (sweeps/conf/suite/quick_*.yaml)."""
-    op = _read("operator")
-    layouts = ["qwen3_5_0_8b", "qwen3_5_9b", "gdn_small", "range_k256_v256", "gdn_1_3b"]
-    sel = ((op.R == "4") & (op.W == "128") & (op["T"] == "2") & op.geometry.isin(layouts)) | \
-        ((op.geometry == "qwen3_5_0_8b") & (op.R == "16") & (op.W == "512") & op["T"].isin(["2", "6"]))
-    sel &= op.path != "vllm_prefix_replay"
-    fm = _read("full_model")
-    fm = fm[(fm["T"] == "2") & fm.path.isin(["onela", "controlled_fullstate_paper", "vllm_fullstate_paper"])]
-    tr = _read("traffic")
-    tr = tr[(tr["T"] == "2") & tr.path.isin(["onela", "controlled_fullstate"])]
-    rp = _read("recurrent_path")
-    return {"operator": op[sel], "recurrent_path": rp[rp["T"] == "2"], "full_model": fm, "traffic": tr}
+    tables = {}
+    for suite, hashes in _quick_hashes().items():
+        df = _read(suite)
+        tables[suite] = df[df.config_hash.isin(hashes)]
+    return tables
 
 
 def write_run(root: Path, tables: dict[str, pd.DataFrame], gpu: str = "NVIDIA H200", run_id: str = "quick-test",
