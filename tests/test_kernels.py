@@ -103,21 +103,22 @@ def test_onela_tiles_give_the_one_tile_per_program_outputs(cfg, device):
 
 
 @pytest.mark.parametrize("geo,R,W,T,lineage", [
-    (Geometry(1, 2, 16, 16), 1, 5, 12, "beam"),         # shallow: the replay loop, prep's depth tile past 8
-    (Geometry(1, 2, 48, 16), 1, 3, 33, "reversed"),     # the first depth-tiled step (32): G = 2, K padded to 64
-    (Geometry(1, 1, 16, 16), 1, 2, 40, "beam"),         # depth-tiled steps 32-39
+    (Geometry(1, 2, 16, 16), 1, 5, 12, "beam"),         # the replay loop, prep's tile past 8, depth-tiled at 11
+    (Geometry(1, 2, 48, 16), 1, 3, 33, "reversed"),     # depth-tiled steps 11-32: G = 2, K padded to 64
+    (Geometry(1, 1, 16, 16), 1, 2, 40, "beam"),         # depth-tiled steps 17-39
 ])
 def test_onela_decodes_of_any_depth_match_fp64_reference(geo, R, W, T, lineage, device):
-    """Every depth runs: past step 31 the prep kernel takes the depth axis in tiles (a run-time loop carrying the
-    alpha products), within the fp64 reference's bound as the shallow steps are (interpreter: tiny shapes)."""
-    from kernels.onela.triton_kernels import DEEP_STEP
+    """Every depth runs: past step 16 (or 20 / G at a group of G value heads) the prep kernel takes the depth axis
+    in tiles (a run-time loop carrying the alpha products), within the fp64 reference's bound as the shallow steps
+    are (interpreter: tiny shapes)."""
+    from kernels.onela.plan import prep_is_deep
     wl = make_workload(geo, R, W, T, lineage=lineage, seed=T, device=device, prompt_len=16)
     ref = fullstate_decode(wl, torch.float64)
     st, out = _run(OneLAStepper, wl, torch.float32)
     assert torch.isfinite(out).all(), "an output element was never written (poisoned NaN survived)"
     tol = (GPU_REL_TOL if device == "cuda" else CPU_REL_TOL) * ref.abs().max().item()
     assert (out.double() - ref).abs().max().item() <= tol
-    if T > DEEP_STEP:       # the deep steps' ancestry rows: the parents' chains, as the reference builds them
+    if prep_is_deep(T - 1, geo.group):      # the deep steps' ancestry rows: the parents' chains, as built here
         from artifact.ancestry import build as build_ancestry
         anc = build_ancestry(wl.parents.cpu())[T - 1]
         assert torch.equal(st.anc[(T - 1) % 2][..., :T - 1].cpu(), anc[..., :T - 1].to(torch.int32))
@@ -126,20 +127,19 @@ def test_onela_decodes_of_any_depth_match_fp64_reference(geo, R, W, T, lineage, 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="moves the depth-tiled form's first step: interpreter only")
 @pytest.mark.parametrize("geo,tile", [(Geometry(1, 3, 48, 16), 2), (Geometry(2, 4, 16, 32), 4)])
 def test_onela_depth_tiled_prep_gives_the_one_tile_outputs(geo, tile, device, monkeypatch):
-    """The prep kernel's depth-tiled form (from DEEP_STEP on) writes what its one-tile form writes: here moved to
+    """The depth-tiled prep kernel (`prep_is_deep`) writes what the one-tile prep kernel writes: here moved to
     step 2 with tiles of 2 or 4 columns, a T = 10 decode (up to 5 tiles, the deepest one partial, G = 3 and 2
     value heads' alpha chains carried between tiles, K padded) against the one-tile form at every step -- outputs,
     records and ancestry. The gates are scaled so that the deepest records still weigh in o (alpha ~ 1)."""
     import kernels.onela.plan as plan
-    import kernels.onela.triton_kernels as tk
     wl = make_workload(geo, 1, 5, 10, lineage="beam", seed=tile, device=device, prompt_len=16)
     wl.g = wl.g * 0.01
     st0, out0 = _run(OneLAStepper, wl, torch.float32)
-    monkeypatch.setattr(tk, "_DEEP_STEP", 2)        # the interpreter reads the kernel's globals when it runs
-    monkeypatch.setattr(plan, "DEEP_STEP", 2)
+    monkeypatch.setattr(plan, "_PREP_UNROLL_STEPS", 1)     # depth-tiled from step 2
     monkeypatch.setattr(plan, "_DEPTH_TILE", tile)
     st1, out1 = _run(OneLAStepper, wl, torch.float32)
-    assert step_launches(st1.config, geo, 1, 5, 9)["prep"][1]["TP"] == tile
+    assert step_launches(st1.config, geo, 1, 5, 9)["prep_deep"][1]["TP"] == tile
+    assert "prep" in step_launches(st1.config, geo, 1, 5, 1)
     assert torch.isfinite(out1).all()
     assert (out1 - out0).abs().max().item() <= 1e-6 * out0.abs().max().item()
     assert torch.equal(st1.anc, st0.anc)
@@ -383,7 +383,7 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(name, R, W, T, ws):
     the T-step decode, replayed many times, writes bit for bit the outputs, GTRs and ancestry of plain launches --
     a read moved above the wait that depends on the previous launch would show as a mismatch. For the Triton
     kernels (ws False) and the default, which at W=512 is the warp-specialised kernel (at K = 256 too, gdn_1_3b,
-    with the prep kernel before it past step 7); at T = 40 the depth-tiled prep kernel past step 31 too."""
+    with the prep kernel before it past step 7); at T = 40 the depth-tiled prep kernel past step 16 too."""
     wl = make_workload(name, R, W, T, lineage="beam", seed=R + W, device="cuda")
     results = []
     for cfg in ({"pdl": 0}, {"pdl": 1}, {"pdl": 2}):     # 1: wait after the first projections, 2: before them
@@ -411,15 +411,20 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     another order), and its captured graph (PDL launches) replays bit for bit. The interpreter cannot run Gluon:
     this is its correctness test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share
     key heads; V = 256 and 512 run each value head as 128-column chunks; K = 256 (range_k256_v256, gdn_1_3b) as two
-    128-column key blocks, at R = 1 and 4, W = 64 and 512, down to step 11. T = 40 and 34: past step 31 the
-    Triton prep (depth-tiled) and main kernels take over from it within the decode, within the same gate."""
+    128-column key blocks, at R = 1 and 4, W = 64 and 512, down to step 11. T = 40 and 34: past step 16 the
+    depth-tiled prep kernel, past step 31 the Triton main kernel take over within the decode, within the same
+    gate."""
+    from kernels.onela.plan import prep_is_deep
     from kernels.onela.ws import WS_DEEPEST_STEP, ws_fuses_step
     wl = make_workload(name, R, W, T, lineage="beam", seed=5, device="cuda")
     ref = fullstate_decode(wl)
     base, _ = _graph_replays({"ws": False}, wl, 1)      # the Triton kernels
     st, replays = _graph_replays(None, wl, 4)
-    deep = not all(ws_fuses_step(wl.geometry, t) for t in range(T))
-    want = {"ws_step"} | ({"ws_main", "prep"} if deep else set()) | ({"main"} if T > WS_DEEPEST_STEP + 1 else set())
+    want = {"ws_step"}
+    for t in range(T):
+        if not ws_fuses_step(wl.geometry, t):
+            want |= {"ws_main" if t <= WS_DEEPEST_STEP else "main",
+                     "prep_deep" if prep_is_deep(t, wl.geometry.group) else "prep"}
     assert set(st.kernel_info) == want, st.kernel_info
     assert max_abs_err(replays[0], ref) <= DEFAULT_TOLERANCE
     for o in replays[1:]:
@@ -443,14 +448,15 @@ def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups()
     nowhere past step 7, where the one-launch kernel's shared memory would exceed sm_90's. At K = 128 a k-hat_t
     buffer of its own (one ring entry fewer) at the one-launch steps 0-1; at K = 256 (gdn_1_3b) one q, k stage and
     a [128, 256] S tile leave the ring 3 entries in one launch and 4 after the prep kernel, and k-hat_t goes
-    through the o_t / delta_t staging buffers. Past step 31 the Triton prep + main kernels run, the prep kernel's
-    depth axis in tiles of 8 columns (4 at K = 256)."""
+    through the o_t / delta_t staging buffers. Past step 16 (20 / G in a group of G) the prep kernel takes the
+    depth axis in tiles of 8 columns (4 at K = 256); past step 31 the Triton main kernel runs."""
     for geometry, one_launch in (("qwen3_5_0_8b", range(8)), ("qwen3_5_397b", (0, 1)), ("gdn_1_3b", range(8))):
         geo = GEOMETRIES[geometry]
         cfg = launch_config(geo.k, geo.v, 512, 4, geo.hv, 132, geo.group)
         for t in list(range(10)) + [31]:        # past step 7 the one-launch kernel's shared memory would not fit
             launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
-            assert sorted(launches) == (["ws"] if t in one_launch else ["prep", "ws"]), (geometry, t)
+            prep = "prep_deep" if t > 16 or t * geo.group > 20 else "prep"
+            assert sorted(launches) == (["ws"] if t in one_launch else [prep, "ws"]), (geometry, t)
             const = launches["ws"][1]
             nr = (4 if t <= 1 else 5) if geo.k == 128 else (3 if t in one_launch else 4)
             assert const["FUSE"] == (t in one_launch) and const["KH_OWN"] == (t <= 1 and geo.k == 128) and \
@@ -459,8 +465,8 @@ def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups()
             assert launches["ws"][0] == (132,)
         for t in (32, 40, 1000):    # past step 31 the Triton kernels, the prep kernel's depth axis in tiles
             launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
-            assert sorted(launches) == ["main", "prep"], (geometry, t)
-            assert launches["prep"][1]["TP"] == (8 if geo.k == 128 else 4), (geometry, t)
+            assert sorted(launches) == ["main", "prep_deep"], (geometry, t)
+            assert launches["prep_deep"][1]["TP"] == (8 if geo.k == 128 else 4), (geometry, t)
         assert "ws" not in step_launches({**cfg, "ws": False}, geo, 4, 512, 1, interpret=False, ws_ok=True)
 
 
@@ -531,12 +537,12 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
     for ln in lines:
         assert 0 < int(ln.split(":")[1].split()[0]) <= 255, ln
 
-    # past step 31 (W = 64: the ws kernel's shape): the Triton prep kernel, its depth axis in tiles, then the main
-    # kernel; the prep kernel without spills at any depth (K = 256: tiles of 4 columns)
+    # past step 31 (W = 64: the ws kernel's shape): the depth-tiled prep kernel, then the Triton main kernel; the
+    # prep kernel without spills at any depth (K = 256: tiles of 4 columns)
     out = inspect("--geometry", "gdn_1_3b", "--R", "1", "--W", "64", "--O", "64", "--steps", "32", "62")
     for step in (32, 62):
         lines = [ln for ln in out if ln.startswith(f"step {step} ")]
-        assert [ln.split()[2] for ln in lines] == ["prep", "main"] and " 0 bytes spilled" in lines[0], out
+        assert [ln.split()[2] for ln in lines] == ["prep_deep", "main"] and " 0 bytes spilled" in lines[0], out
 
     out = inspect("--geometry", "range_k256_v256", "--R", "16", "--O", "3", "--steps", "1", "--order",
                   "--config", '{"ws": false}')
@@ -556,7 +562,7 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
         out = inspect("--geometry", geometry, "--O", str(max(steps) + 2), "--steps", *map(str, steps), "--order")
         for step in steps:
             lines = [ln for ln in out if ln.startswith(f"step {step} ")]
-            want = {0: ["ws"], 5: kernels5, 31: ["prep", "ws"]}[step]
+            want = {0: ["ws"], 5: kernels5, 31: ["prep_deep", "ws"]}[step]
             assert [ln.split()[2] for ln in lines] == want, (geometry, step, out)
             ws = lines[-1]
             spilled = int(ws.split(" bytes spilled")[0].split()[-1])
@@ -615,14 +621,15 @@ def test_kernel_functions_take_bundled_arguments():
     for name in ("ws.py", "triton_kernels.py"):
         for node in ast.walk(ast.parse((root / name).read_text())):
             if isinstance(node, ast.FunctionDef) and any(
-                    ast.unparse(d).endswith("jit") for d in node.decorator_list):
+                    ast.unparse(d).split("(")[0].endswith("jit") for d in node.decorator_list):
                 counts[(name, node.name)] = len(node.args.args)
     assert counts[("ws.py", "onela_ws_kernel")] <= 19 and counts[("ws.py", "_producer")] <= 17
     assert max(n for (f, _), n in counts.items() if f == "ws.py") <= 20, counts
     assert max(n for (f, _), n in counts.items() if f == "triton_kernels.py") <= 26, counts
 
 
-# The contract grid of the onela path (sampled): depths across the one-launch limit (7 / 8) and past step 31,
+# The contract grid of the onela path (sampled): depths across the one-launch limit (7 / 8), the depth-tiled
+# prep kernel (past step 16, or 20 / G) and the Triton main kernel (past step 31),
 # beam widths not a multiple of the 64-beam tile, head sizes of both kernels (powers of two and other multiples of
 # 16 up to 512) and a few unsupported ones, groups 1-8.
 _CONTRACT = [(T, W, K, V, G) for T, W, (K, V), G in (

@@ -31,8 +31,9 @@ from kernels.onela import CONFIG_KEYS, KERNELS, launch_config, step_launches, ws
 from kernels.onela.ws import BB_TILE, KC_TILE, VC_TILE
 
 # Types of the runtime (non-constexpr) arguments, by name; a tuple argument's elements in order. "i32": an int,
-# marked 16-divisible unless named in _NOT_DIV16 (T_CAP; strides and sizes are multiples of 16 in the shapes
-# compiled here, as the launcher would specialise them).
+# marked 16-divisible unless named in _NOT_DIV16 (T_CAP, and the deep prep kernel's step, which its launcher
+# never specialises; strides and sizes are multiples of 16 in the shapes compiled here, as the launcher would
+# specialise them).
 _BF16, _F32, _I32 = "*bf16", "*fp32", "*i32"
 _ARGS = {
     "q_ptr": _BF16, "k_ptr": _BF16, "g_ptr": _F32, "par_ptr": _I32, "anc_prev_ptr": _I32, "anc_next_ptr": _I32,
@@ -41,7 +42,7 @@ _ARGS = {
     "ptrs": (_I32, _I32, _I32, _F32, _F32, _BF16, _F32, _F32, _BF16, _BF16),
     "sq": ("i32",) * 3, "sv": ("i32",) * 3, "dims": ("i32",) * 5,
 }
-_NOT_DIV16 = {("T_CAP",), ("dims", 3)}
+_NOT_DIV16 = {("T_CAP",), ("step",), ("dims", 3)}
 
 
 def _tensordesc(block) -> str:

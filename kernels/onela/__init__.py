@@ -4,18 +4,19 @@
 - `onela_naive` (naive.py): the same outputs from one explicit state per beam, in plain PyTorch.
 - `OneLAStepper`, `OneLAPath` (stepper.py): the benchmark harness's stepper and path (`onela`).
 - `launch_config`, `step_launches` (plan.py): which kernels a step launches, with which tiles.
-- the kernels: `triton_kernels.py` (prep + main, Triton), `ws.py` (warp-specialised, Gluon, Hopper),
+- the kernels: `triton_kernels.py` (prep, deep-step prep + main, Triton), `ws.py` (warp-specialised, Gluon, Hopper),
   `records.py` (the record layout every kernel indexes).
 """
 from kernels.onela.naive import onela_naive
 from kernels.onela.op import OneLA
 from kernels.onela.plan import CONFIG_KEYS, launch_config, step_launches
 from kernels.onela.stepper import OneLAPath, OneLAStepper, onela_cost, onela_step_bytes
-from kernels.onela.triton_kernels import onela_main_kernel, onela_prep_kernel
+from kernels.onela.triton_kernels import onela_main_kernel, onela_prep_deep_kernel, onela_prep_kernel
 from kernels.onela.ws import onela_ws_kernel, ws_layout_supports, ws_shape_supports
 
 # Kernel name in a launch plan -> its JIT function (what `tools.inspect` compiles).
-KERNELS = {"prep": onela_prep_kernel, "main": onela_main_kernel, "ws": onela_ws_kernel}
+KERNELS = {"prep": onela_prep_kernel, "prep_deep": onela_prep_deep_kernel, "main": onela_main_kernel,
+           "ws": onela_ws_kernel}
 
 __all__ = ["OneLA", "onela_naive", "OneLAStepper", "OneLAPath", "onela_cost", "onela_step_bytes",
            "launch_config", "step_launches", "CONFIG_KEYS", "KERNELS", "ws_shape_supports", "ws_layout_supports"]

@@ -10,7 +10,6 @@ import os
 
 import triton
 
-from kernels.onela.triton_kernels import DEEP_STEP
 from kernels.onela.ws import WS_DEEPEST_STEP, WS_HEAD_DIMS, WS_VALUE_DIMS, ws_fuses_step, ws_launch_params
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -21,10 +20,18 @@ _PREP_BEAMS = 16         # prep kernel's beam tile: wider tiles spill its [BB, K
 _PREP_WARPS = 4
 _MAX_BEAM_ITERS = 8      # beam tiles one main-kernel program runs, at most
 
-# The prep kernel from step DEEP_STEP on takes the depth axis in tiles of this many columns, in a run-time loop:
-# its registers are one tile's at any depth. The widest tiles that compile for sm_90a without spills (8 at K <= 128,
-# 4 at K = 256: 201-241 and 213-218 registers at steps 32-127; K = 512 spills 248 bytes), given registers up to
-# maxnreg: ptxas left to itself holds the kernel to 128-168 registers and spills a few values.
+# The prep kernel unrolls step x group depth columns (`onela_prep_kernel`) and holds every depth in one [BB, TP]
+# tile: its code and compile time grow with step x group, its registers with TP (sm_90a compiles of one step at
+# K = 128: 1.4 s at step 8; 4.6 s and no spill at step 16 (TP 16); 7.7 s and a 104-byte spill at step 20 (TP 32);
+# 18.5 s at step 31; 8.6 s at step 8 of an 8-head group). Past step _PREP_UNROLL_STEPS or past _PREP_UNROLL_MAX
+# columns the depth-tiled kernel runs instead -- one compile for every deep step (2.4 s at K = 128, 14 s for an
+# 8-head group) -- which leaves every step of the suites' shapes (T <= 6, G <= 4: at most 20 columns) and the
+# depth sweep's steps up to 16 in the unrolled form they were timed in.
+_PREP_UNROLL_STEPS = 16
+_PREP_UNROLL_MAX = 20
+# The depth-tiled kernel's tile: the widest that compiles for sm_90a without spills (8 at K <= 128, 4 at K = 256:
+# 242 and 245 registers; K = 512 spills 208 bytes, an 8-head group 8), given registers up to maxnreg: ptxas left
+# to itself holds the kernel to 128-168 registers and spills a few values.
 _DEPTH_TILE = 8
 _DEPTH_TILE_WIDE_K = 4       # K > 128: the q, k rows and each gathered k-hat row take twice the registers
 _PREP_DEEP_MAXNREG = 255
@@ -91,26 +98,35 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
     """Kernel name -> (grid, constexpr arguments, launch options) of step t under launch config `cfg`: "prep" and
     "main" (the Triton kernels; step 0 "main" alone under fuse_step0), or where `ws_ok` (the warp-specialised
     kernel takes this shape and these inputs) "ws" -- alone when it does the whole step, after "prep" otherwise.
-    Steps past WS_DEEPEST_STEP run the Triton kernels ("prep" in its depth-tiled form from DEEP_STEP on)."""
+    Steps past WS_DEEPEST_STEP run the Triton kernels. Where `prep_is_deep` the prep launch is "prep_deep" (the
+    depth-tiled kernel, the step a run-time argument)."""
     pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
     if ws_ok and cfg["ws"] and not interpret and t <= WS_DEEPEST_STEP:    # the interpreter runs no Gluon
         fuse = ws_fuses_step(geo, t)
         grid, const, opts = ws_launch_params(geo, R, W, t, fuse, n_sm)
         ws = {"ws": (grid, const, {**opts, "launch_pdl": bool(pdl)})}
-        return ws if fuse else {"prep": _prep_launch(geo, R, W, t, pdl), **ws}
+        return ws if fuse else {**_prep_launch(geo, R, W, t, pdl), **ws}
     iters = cfg["beam_iters"]
     key_axis = bool(cfg["fuse_step0"]) and t == 0 and cfg["BK"] == geo.k     # step 0 in one launch
     main = ((geo.v // cfg["BV"], triton.cdiv(W, cfg["BB"] * iters), R * geo.hv),
             dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"], BEAM_ITERS=iters,
                  QK_BF16=qk_bf16, UPCAST=interpret, PDL=pdl, S_LO=int(cfg["s_lo"] == "q"), KEY_AXIS=key_axis),
             {"num_warps": _WARPS, "num_stages": 1, "launch_pdl": bool(pdl)})
-    return {"main": main} if key_axis else {"prep": _prep_launch(geo, R, W, t, pdl), "main": main}
+    return {"main": main} if key_axis else {**_prep_launch(geo, R, W, t, pdl), "main": main}
 
 
-def _prep_launch(geo, R: int, W: int, t: int, pdl: int) -> tuple:
-    deep = t >= DEEP_STEP       # TP: one depth tile's columns, or every depth's
-    tp = (_DEPTH_TILE if geo.k <= 128 else _DEPTH_TILE_WIDE_K) if deep else max(2, triton.next_power_of_2(t))
-    opts = {"num_warps": _PREP_WARPS, "launch_pdl": bool(pdl), **({"maxnreg": _PREP_DEEP_MAXNREG} if deep else {})}
-    return ((triton.cdiv(W, _PREP_BEAMS), R * geo.hk),
-            dict(K=geo.k, KP=triton.next_power_of_2(geo.k), G=geo.group, STEP=t, TP=tp, BB=_PREP_BEAMS, PDL=pdl),
-            opts)
+def prep_is_deep(t: int, G: int) -> bool:
+    """Whether step t's prep work runs as the depth-tiled kernel (see _PREP_UNROLL_STEPS)."""
+    return t > _PREP_UNROLL_STEPS or t * G > _PREP_UNROLL_MAX
+
+
+def _prep_launch(geo, R: int, W: int, t: int, pdl: int) -> dict:
+    """{"prep": ...} (every depth one column of a [BB, TP] tile, TP the power of two >= t) or {"prep_deep": ...}
+    (TP one depth tile's columns; the step is passed at launch)."""
+    grid = (triton.cdiv(W, _PREP_BEAMS), R * geo.hk)
+    const = dict(K=geo.k, KP=triton.next_power_of_2(geo.k), G=geo.group, BB=_PREP_BEAMS, PDL=pdl)
+    opts = {"num_warps": _PREP_WARPS, "launch_pdl": bool(pdl)}
+    if prep_is_deep(t, geo.group):
+        tp = _DEPTH_TILE if geo.k <= 128 else _DEPTH_TILE_WIDE_K
+        return {"prep_deep": (grid, {**const, "TP": tp}, {**opts, "maxnreg": _PREP_DEEP_MAXNREG})}
+    return {"prep": (grid, {**const, "STEP": t, "TP": max(2, triton.next_power_of_2(t))}, opts)}

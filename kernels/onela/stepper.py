@@ -16,7 +16,7 @@ from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
 from kernels.checks import check_reset, check_step, kernel_supports
 from kernels.onela.plan import CONFIG_KEYS, depth_supports, launch_config, step_launches
-from kernels.onela.triton_kernels import onela_main_kernel, onela_prep_kernel
+from kernels.onela.triton_kernels import onela_main_kernel, onela_prep_deep_kernel, onela_prep_kernel
 from kernels.onela.ws import launch_ws, ws_layout_supports, ws_shape_supports
 
 
@@ -67,12 +67,14 @@ class OneLAStepper(Stepper):
         ws_ok = self.ws_shape_ok and ws_layout_supports(W, q, k, v, out) is None   # else the Triton kernels
         launches = step_launches(self.config, geo, R, W, t, q.dtype == torch.bfloat16, ws_ok=ws_ok, n_sm=self.n_sm)
         store = self.store
+        prep_args = (q, k, g, parents, anc_prev, anc_cur, store.alpha, store.khat, self.coef,
+                     R, W, geo.hv, geo.hk, self.T, (q.stride(0), q.stride(1), q.stride(2)))
         if "prep" in launches:      # not at step 0 in one launch
             grid, const, opts = launches["prep"]
-            kern = onela_prep_kernel[grid](
-                q, k, g, parents, anc_prev, anc_cur, store.alpha, store.khat, self.coef,
-                R, W, geo.hv, geo.hk, self.T, (q.stride(0), q.stride(1), q.stride(2)), **const, **opts)
-            self._note_kernel("prep", kern)
+            self._note_kernel("prep", onela_prep_kernel[grid](*prep_args, **const, **opts))
+        elif "prep_deep" in launches:
+            grid, const, opts = launches["prep_deep"]
+            self._note_kernel("prep_deep", onela_prep_deep_kernel[grid](*prep_args, t, **const, **opts))
         if "ws" in launches:
             kern = launch_ws(self, q, k, v, g, beta, parents, anc_prev, anc_cur, out, *launches["ws"])
             self._note_kernel("ws_step" if launches["ws"][1]["FUSE"] else "ws_main", kern)

@@ -7,11 +7,14 @@ These run wherever the warp-specialised kernel (`kernels/onela/ws.py`) does not:
   scalar -- L2 norms (with the K^-1/2 scale), k-hat_t and alpha_t = exp(g) of the new GTR, beam b's ancestry row
   (read at row parent(b) of the previous table, written to the other of two ping-pong tables: a gather of
   indices, never of records), the dots k-hat_j . q-hat and k-hat_j . k-hat of every ancestral record, and the
-  suffix products of the ancestral alphas, as a small coefficient table. Up to step DEEP_STEP - 1 every depth is
-  one column of [BB, TP] tiles (TP the power of two >= the step), unrolled; from step DEEP_STEP on
-  (`_prep_deep`) the depth axis runs in tiles of TP columns (8, or 4 at K > 128) in a run-time loop from the
-  deepest tile down, each tile's coefficients written as it is done and the alpha product chain carried from tile
-  to tile in registers, so the kernel's registers do not grow with the depth.
+  suffix products of the ancestral alphas, as a small coefficient table. Every depth is one column of [BB, TP]
+  tiles (TP the power of two >= the step), unrolled, once per value head of the group -- so its code, and its
+  compile time, grow with step x group.
+- `onela_prep_deep_kernel`: the same outputs where step x group outgrows that unrolling
+  (`kernels.onela.plan.prep_is_deep`): the depth axis in tiles of TP columns (8, or 4 at K > 128) in a run-time
+  loop from the deepest tile down, each tile's coefficients written as it is done and the alpha product chain
+  carried from tile to tile in registers. The step is a run-time argument: one compile serves every deep step,
+  and the kernel's registers do not grow with the depth.
 - `onela_main_kernel`, one program per (BV tile of V, BEAM_ITERS beam tiles, request x value head): loads the
   S_ctx[r, hv][BV, K] tile once and uses it for every beam tile it runs -- u_q = q S^T and u_k = k S^T on the
   tensor cores, bf16 q, k against S split into bf16 planes -- then replays the ancestral GTRs in closed form,
@@ -36,14 +39,6 @@ from kernels.onela.records import record_row
 # Depths of the replay loop in flight: one depth's gathered rows live at a time, the next prefetched. Bounds the
 # registers, so the beam loop runs at every step without spilling.
 _REPLAY_STAGES = tl.constexpr(3)
-
-# The first step whose prep kernel runs the depth axis in tiles of TP columns (`_prep_deep`). Earlier steps hold
-# every depth in one [BB, TP] tile (TP the power of two >= the step), unrolled: the form the kernels were timed
-# in; compiled for sm_90a it spills at step 15 at K = 256 and at step 31 at K = 128, and past step 31 its tile
-# would double again.
-DEEP_STEP = 32
-_DEEP_STEP = tl.constexpr(DEEP_STEP)
-
 
 @triton.jit
 def _mm(a, b, UPCAST: tl.constexpr):
@@ -130,10 +125,10 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, dims
 
 
 @triton.jit
-def _depth_tile(par, anc_prev_ptr, khat_ptr, qf, kf, inv_q, inv_k, j0, r, hk, dims, offs_b, mask_b,
-                K: tl.constexpr, KP: tl.constexpr, STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr):
-    """`_key_axis`'s ancestry and dots for the TP depths j0 .. j0 + TP - 1 (those < STEP): the slots
-    h_t(b, j) and k-hat_j . q-hat, k-hat_j . k-hat as [BB, TP] columns (zeros past STEP). q, k rows [BB, KP]
+def _depth_tile(par, anc_prev_ptr, khat_ptr, qf, kf, inv_q, inv_k, j0, step, r, hk, dims, offs_b, mask_b,
+                K: tl.constexpr, KP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr):
+    """`_key_axis`'s ancestry and dots for the TP depths j0 .. j0 + TP - 1 (those < step): the slots
+    h_t(b, j) and k-hat_j . q-hat, k-hat_j . k-hat as [BB, TP] columns (zeros past step). q, k rows [BB, KP]
     fp32, zero past K."""
     R, W, HK, T_CAP = dims
     offs_k = tl.arange(0, KP)
@@ -144,70 +139,14 @@ def _depth_tile(par, anc_prev_ptr, khat_ptr, qf, kf, inv_q, inv_k, j0, r, hk, di
     kks = tl.zeros([BB, TP], dtype=tl.float32)
     for c in tl.static_range(TP):
         j = j0 + c
-        slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b & (j < STEP - 1), other=0)
-        slot = tl.where(j == STEP - 1, par, slot)
+        slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b & (j < step - 1), other=0)
+        slot = tl.where(j == step - 1, par, slot)
         slots = tl.where(offs_t[None, :] == c, slot[:, None], slots)
         k_j = tl.load(khat_ptr + record_row(j, r, hk, slot, R, HK, W).to(tl.int64)[:, None] * K + offs_k[None, :],
-                      mask=kmask & (j < STEP), other=0.0).to(tl.float32)
+                      mask=kmask & (j < step), other=0.0).to(tl.float32)
         kqs = tl.where(offs_t[None, :] == c, (tl.sum(k_j * qf, axis=1) * inv_q)[:, None], kqs)
         kks = tl.where(offs_t[None, :] == c, (tl.sum(k_j * kf, axis=1) * inv_k)[:, None], kks)
     return slots, kqs, kks
-
-
-@triton.jit
-def _prep_deep(q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr, qk_row,
-               r, hk, dims, offs_b, mask_b, K: tl.constexpr, KP: tl.constexpr, G: tl.constexpr,
-               STEP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr, PDL: tl.constexpr):
-    """`onela_prep_kernel` at steps >= DEEP_STEP: the same outputs, the depth axis in tiles of TP columns from
-    the deepest tile (the one holding depth STEP - 1) down, in a run-time loop. Each tile gathers its ancestry
-    slots, k-hat rows and alphas (TP independent gathers in flight), writes its ancestry columns and its
-    coefficient rows, and hands the alpha product chain c (one column per value head of the group: [BB, GP])
-    to the next tile in registers -- so registers are those of one tile at any depth."""
-    R, W, HV, HK, T_CAP = dims
-    GP: tl.constexpr = triton.next_power_of_2(G)
-    offs_t = tl.arange(0, TP)
-    offs_g = tl.arange(0, GP)
-    qf, kf, inv_q, inv_k, kq_t = _key_rows(q_ptr, k_ptr, qk_row, mask_b, K, KP)
-    rw = r * W + offs_b
-    hvs = hk * G + offs_g                           # the group's value heads, as columns
-    gmask = mask_b[:, None] & (offs_g < G)[None, :]
-    g = tl.load(g_ptr + rw[:, None] * HV + hvs[None, :], mask=gmask, other=0.0)
-    par = tl.load(par_ptr + rw, mask=mask_b, other=0)
-    if PDL:
-        tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
-    _store_khat(khat_ptr, record_row(STEP, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b, K, KP)
-    cs = tl.exp(g)                                  # alpha_t, then alpha_t prod_{i > j} alpha_i down the tiles
-    tl.store(alpha_ptr + record_row(STEP, r, hvs[None, :], offs_b[:, None], R, HV, W), cs, mask=gmask)
-    plane = R * HV * W
-    n_tiles: tl.constexpr = (STEP + TP - 1) // TP
-    for n in tl.range(0, n_tiles, num_stages=1):
-        j0 = (n_tiles - 1 - n) * TP
-        slots, kqs, kks = _depth_tile(par, anc_prev_ptr, khat_ptr, qf, kf, inv_q, inv_k, j0, r, hk,
-                                      (R, W, HK, T_CAP), offs_b, mask_b, K, KP, STEP, TP, BB)
-        depth = j0 + offs_t[None, :]
-        live = mask_b[:, None] & (depth < STEP)
-        if hk == 0:
-            tl.store(anc_next_ptr + rw[:, None] * T_CAP + depth, slots, mask=live)
-        for i in tl.static_range(G):                # rows 3 + 2j, 4 + 2j of onela_prep_kernel's table
-            hv = hk * G + i
-            base = coef_ptr + (r * HV + hv) * W + offs_b
-            alphas = tl.load(alpha_ptr + record_row(depth, r, hv, slots, R, HV, W), mask=live, other=1.0)
-            c = tl.sum(tl.where(offs_g[None, :] == i, cs, 0.0), axis=1)
-            for cc in tl.static_range(TP):
-                col = TP - 1 - cc
-                j = j0 + col
-                kq = tl.sum(tl.where(offs_t[None, :] == col, kqs, 0.0), axis=1)
-                kk = tl.sum(tl.where(offs_t[None, :] == col, kks, 0.0), axis=1)
-                tl.store(base + (3 + 2 * j) * plane, c * kq, mask=mask_b & (j < STEP))
-                tl.store(base + (4 + 2 * j) * plane, c * kk, mask=mask_b & (j < STEP))
-                c = c * tl.sum(tl.where(offs_t[None, :] == col, alphas, 0.0), axis=1)    # 1 past STEP
-            cs = tl.where(offs_g[None, :] == i, c[:, None], cs)
-    for i in tl.static_range(G):
-        base = coef_ptr + (r * HV + hk * G + i) * W + offs_b
-        c = tl.sum(tl.where(offs_g[None, :] == i, cs, 0.0), axis=1)
-        tl.store(base, c * inv_q, mask=mask_b)
-        tl.store(base + plane, c * inv_k, mask=mask_b)
-        tl.store(base + 2 * plane, kq_t, mask=mask_b)
 
 
 @triton.jit
@@ -222,9 +161,8 @@ def onela_prep_kernel(
     Writes beam b's ancestry row, k-hat_t (the new GTR's key), alpha_t, and for each value head of the group
     the coefficients of the closed-form replay (module docstring), so the main kernel needs no K-axis work
     beyond its two projections and no dependent loads. Every depth's ancestral alpha is gathered as one
-    [BB, TP] tile before the suffix products, so the product chain holds no memory round trip -- up to step
-    DEEP_STEP - 1; from DEEP_STEP on TP is the width of one depth tile and `_prep_deep` runs the tiles in a loop
-    (one gather of TP alphas per tile). sq: q and k's (request, beam, head) strides. K is any multiple of 16, KP
+    [BB, TP] tile before the suffix products, so the product chain holds no memory round trip; the depths and
+    the group's value heads are unrolled, so deep steps of wide groups go to `onela_prep_deep_kernel`. sq: q and k's (request, beam, head) strides. K is any multiple of 16, KP
     the power of two >= K (the key tiles' width)."""
     if PDL:
         tl_cuda.gdc_launch_dependents()     # the main kernel may start its S load and projections meanwhile
@@ -239,42 +177,106 @@ def onela_prep_kernel(
 
     sq_r, sq_w, sq_h = sq
     qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
-    if STEP >= _DEEP_STEP:      # the depth axis in tiles of TP columns (module docstring)
-        _prep_deep(q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr, qk_row,
-                   r, hk, (R, W, HV, HK, T_CAP), offs_b, mask_b, K, KP, G, STEP, TP, BB, PDL)
-    else:
-        inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
-            q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, (R, W, HK, T_CAP), offs_b, mask_b,
-            K, KP, STEP, TP, BB, PDL)
-        if STEP > 0:
-            if hk == 0:
-                tl.store(anc_next_ptr + rw[:, None] * T_CAP + offs_t[None, :], slots,
-                         mask=mask_b[:, None] & (offs_t[None, :] < STEP))
+    inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
+        q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, (R, W, HK, T_CAP), offs_b, mask_b,
+        K, KP, STEP, TP, BB, PDL)
+    if STEP > 0:
+        if hk == 0:
+            tl.store(anc_next_ptr + rw[:, None] * T_CAP + offs_t[None, :], slots,
+                     mask=mask_b[:, None] & (offs_t[None, :] < STEP))
 
-        # per value head: u_t = alpha_t * (P u0 + sum_j c_j (k_j . x) delta_j), c_j = prod_{i>j} alpha_i, P = c_{-1}.
-        # Coefficient table coef[col, r, hv, b]: 0 = alpha_t P inv_q, 1 = alpha_t P inv_k, 2 = k-hat . q-hat,
-        # 3 + 2j = alpha_t c_j (k_j . q-hat), 4 + 2j = alpha_t c_j (k_j . k-hat).
-        plane = R * HV * W
-        for i in tl.static_range(G):
+    # per value head: u_t = alpha_t * (P u0 + sum_j c_j (k_j . x) delta_j), c_j = prod_{i>j} alpha_i, P = c_{-1}.
+    # Coefficient table coef[col, r, hv, b]: 0 = alpha_t P inv_q, 1 = alpha_t P inv_k, 2 = k-hat . q-hat,
+    # 3 + 2j = alpha_t c_j (k_j . q-hat), 4 + 2j = alpha_t c_j (k_j . k-hat).
+    plane = R * HV * W
+    for i in tl.static_range(G):
+        hv = hk * G + i
+        gb_off = rw * HV + hv
+        alpha = tl.exp(tl.load(g_ptr + gb_off, mask=mask_b, other=0.0))
+        tl.store(alpha_ptr + record_row(STEP, r, hv, offs_b, R, HV, W), alpha, mask=mask_b)
+        base = coef_ptr + (r * HV + hv) * W + offs_b
+        c = alpha                                          # alpha_t * prod_{i > j} alpha_i, built from j = t-1 down
+        depth = offs_t[None, :]
+        alphas = tl.load(alpha_ptr + record_row(depth, r, hv, slots, R, HV, W),
+                         mask=mask_b[:, None] & (depth < STEP), other=1.0)
+        for jj in tl.static_range(STEP):
+            j = STEP - 1 - jj
+            kq = tl.sum(tl.where(offs_t[None, :] == j, kqs, 0.0), axis=1)
+            kk = tl.sum(tl.where(offs_t[None, :] == j, kks, 0.0), axis=1)
+            tl.store(base + (3 + 2 * j) * plane, c * kq, mask=mask_b)
+            tl.store(base + (4 + 2 * j) * plane, c * kk, mask=mask_b)
+            c = c * tl.sum(tl.where(offs_t[None, :] == j, alphas, 0.0), axis=1)
+        tl.store(base, c * inv_q, mask=mask_b)
+        tl.store(base + plane, c * inv_k, mask=mask_b)
+        tl.store(base + 2 * plane, kq_t, mask=mask_b)
+
+
+@triton.jit(do_not_specialize=["step"])
+def onela_prep_deep_kernel(
+    q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr,
+    R, W, HV, HK, T_CAP, sq, step,
+    K: tl.constexpr, KP: tl.constexpr, G: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr, PDL: tl.constexpr,
+):
+    """`onela_prep_kernel`'s outputs for step `step` (a run-time value, so one compile serves every deep step),
+    the depth axis in tiles of TP columns from the deepest tile (the one holding depth step - 1) down, in a
+    run-time loop. Each tile gathers its ancestry slots, k-hat rows and alphas (TP independent gathers in flight),
+    writes its ancestry columns and its coefficient rows, and hands the alpha product chain c (one column per
+    value head of the group: [BB, GP]) to the next tile in registers -- so registers are those of one tile at
+    any depth. Same grid and arguments as `onela_prep_kernel` otherwise."""
+    if PDL:
+        tl_cuda.gdc_launch_dependents()     # the main kernel may start its S load and projections meanwhile
+    pid_b = tl.program_id(0)
+    pid_rh = tl.program_id(1)
+    r = pid_rh // HK
+    hk = pid_rh % HK
+    offs_b = pid_b * BB + tl.arange(0, BB)
+    mask_b = offs_b < W
+    sq_r, sq_w, sq_h = sq
+    qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
+    GP: tl.constexpr = triton.next_power_of_2(G)
+    offs_t = tl.arange(0, TP)
+    offs_g = tl.arange(0, GP)
+    qf, kf, inv_q, inv_k, kq_t = _key_rows(q_ptr, k_ptr, qk_row, mask_b, K, KP)
+    rw = r * W + offs_b
+    hvs = hk * G + offs_g                           # the group's value heads, as columns
+    gmask = mask_b[:, None] & (offs_g < G)[None, :]
+    g = tl.load(g_ptr + rw[:, None] * HV + hvs[None, :], mask=gmask, other=0.0)
+    par = tl.load(par_ptr + rw, mask=mask_b, other=0)
+    if PDL:
+        tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
+    _store_khat(khat_ptr, record_row(step, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b, K, KP)
+    cs = tl.exp(g)                                  # alpha_t, then alpha_t prod_{i > j} alpha_i down the tiles
+    tl.store(alpha_ptr + record_row(step, r, hvs[None, :], offs_b[:, None], R, HV, W), cs, mask=gmask)
+    plane = R * HV * W
+    j0 = ((step - 1) // TP) * TP                    # the deepest tile's first depth; a while loop, since the
+    while j0 >= 0:                                  # interpreter cannot range over a run-time scalar
+        slots, kqs, kks = _depth_tile(par, anc_prev_ptr, khat_ptr, qf, kf, inv_q, inv_k, j0, step, r, hk,
+                                      (R, W, HK, T_CAP), offs_b, mask_b, K, KP, TP, BB)
+        depth = j0 + offs_t[None, :]
+        live = mask_b[:, None] & (depth < step)
+        if hk == 0:
+            tl.store(anc_next_ptr + rw[:, None] * T_CAP + depth, slots, mask=live)
+        for i in tl.static_range(G):                # rows 3 + 2j, 4 + 2j of onela_prep_kernel's table
             hv = hk * G + i
-            gb_off = rw * HV + hv
-            alpha = tl.exp(tl.load(g_ptr + gb_off, mask=mask_b, other=0.0))
-            tl.store(alpha_ptr + record_row(STEP, r, hv, offs_b, R, HV, W), alpha, mask=mask_b)
             base = coef_ptr + (r * HV + hv) * W + offs_b
-            c = alpha                                          # alpha_t * prod_{i > j} alpha_i, built from j = t-1 down
-            depth = offs_t[None, :]
-            alphas = tl.load(alpha_ptr + record_row(depth, r, hv, slots, R, HV, W),
-                             mask=mask_b[:, None] & (depth < STEP), other=1.0)
-            for jj in tl.static_range(STEP):
-                j = STEP - 1 - jj
-                kq = tl.sum(tl.where(offs_t[None, :] == j, kqs, 0.0), axis=1)
-                kk = tl.sum(tl.where(offs_t[None, :] == j, kks, 0.0), axis=1)
-                tl.store(base + (3 + 2 * j) * plane, c * kq, mask=mask_b)
-                tl.store(base + (4 + 2 * j) * plane, c * kk, mask=mask_b)
-                c = c * tl.sum(tl.where(offs_t[None, :] == j, alphas, 0.0), axis=1)
-            tl.store(base, c * inv_q, mask=mask_b)
-            tl.store(base + plane, c * inv_k, mask=mask_b)
-            tl.store(base + 2 * plane, kq_t, mask=mask_b)
+            alphas = tl.load(alpha_ptr + record_row(depth, r, hv, slots, R, HV, W), mask=live, other=1.0)
+            c = tl.sum(tl.where(offs_g[None, :] == i, cs, 0.0), axis=1)
+            for cc in tl.static_range(TP):
+                col = TP - 1 - cc
+                j = j0 + col
+                kq = tl.sum(tl.where(offs_t[None, :] == col, kqs, 0.0), axis=1)
+                kk = tl.sum(tl.where(offs_t[None, :] == col, kks, 0.0), axis=1)
+                tl.store(base + (3 + 2 * j) * plane, c * kq, mask=mask_b & (j < step))
+                tl.store(base + (4 + 2 * j) * plane, c * kk, mask=mask_b & (j < step))
+                c = c * tl.sum(tl.where(offs_t[None, :] == col, alphas, 0.0), axis=1)    # 1 past step
+            cs = tl.where(offs_g[None, :] == i, c[:, None], cs)
+        j0 -= TP
+    for i in tl.static_range(G):
+        base = coef_ptr + (r * HV + hk * G + i) * W + offs_b
+        c = tl.sum(tl.where(offs_g[None, :] == i, cs, 0.0), axis=1)
+        tl.store(base, c * inv_q, mask=mask_b)
+        tl.store(base + plane, c * inv_k, mask=mask_b)
+        tl.store(base + 2 * plane, kq_t, mask=mask_b)
 
 
 @triton.jit
