@@ -150,6 +150,19 @@ def _depth_tile(par, anc_prev_ptr, khat_ptr, qf, kf, inv_q, inv_k, j0, step, r, 
 
 
 @triton.jit
+def _prep_program(W, HK, sq, BB: tl.constexpr):
+    """A prep program's (request, key head, beam tile): r, hk, beam offsets and mask, the beams' rows r * W + b,
+    and their q / k row offsets (sq: the (request, beam, head) strides)."""
+    pid_b = tl.program_id(0)
+    pid_rh = tl.program_id(1)
+    r = pid_rh // HK
+    hk = pid_rh % HK
+    offs_b = pid_b * BB + tl.arange(0, BB)
+    sq_r, sq_w, sq_h = sq
+    return r, hk, offs_b, offs_b < W, r * W + offs_b, r * sq_r + offs_b * sq_w + hk * sq_h
+
+
+@triton.jit
 def onela_prep_kernel(
     q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr,
     R, W, HV, HK, T_CAP, sq,
@@ -162,21 +175,13 @@ def onela_prep_kernel(
     the coefficients of the closed-form replay (module docstring), so the main kernel needs no K-axis work
     beyond its two projections and no dependent loads. Every depth's ancestral alpha is gathered as one
     [BB, TP] tile before the suffix products, so the product chain holds no memory round trip; the depths and
-    the group's value heads are unrolled, so deep steps of wide groups go to `onela_prep_deep_kernel`. sq: q and k's (request, beam, head) strides. K is any multiple of 16, KP
-    the power of two >= K (the key tiles' width)."""
+    the group's value heads are unrolled, so deep steps of wide groups go to `onela_prep_deep_kernel`. sq: q and
+    k's (request, beam, head) strides. K is any multiple of 16, KP the power of two >= K (the key tiles'
+    width)."""
     if PDL:
         tl_cuda.gdc_launch_dependents()     # the main kernel may start its S load and projections meanwhile
-    pid_b = tl.program_id(0)
-    pid_rh = tl.program_id(1)
-    r = pid_rh // HK
-    hk = pid_rh % HK
-    offs_b = pid_b * BB + tl.arange(0, BB)
-    mask_b = offs_b < W
+    r, hk, offs_b, mask_b, rw, qk_row = _prep_program(W, HK, sq, BB)
     offs_t = tl.arange(0, TP)
-    rw = r * W + offs_b
-
-    sq_r, sq_w, sq_h = sq
-    qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
     inv_q, inv_k, kq_t, slots, kqs, kks = _key_axis(
         q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, (R, W, HK, T_CAP), offs_b, mask_b,
         K, KP, STEP, TP, BB, PDL)
@@ -225,19 +230,11 @@ def onela_prep_deep_kernel(
     any depth. Same grid and arguments as `onela_prep_kernel` otherwise."""
     if PDL:
         tl_cuda.gdc_launch_dependents()     # the main kernel may start its S load and projections meanwhile
-    pid_b = tl.program_id(0)
-    pid_rh = tl.program_id(1)
-    r = pid_rh // HK
-    hk = pid_rh % HK
-    offs_b = pid_b * BB + tl.arange(0, BB)
-    mask_b = offs_b < W
-    sq_r, sq_w, sq_h = sq
-    qk_row = r * sq_r + offs_b * sq_w + hk * sq_h
+    r, hk, offs_b, mask_b, rw, qk_row = _prep_program(W, HK, sq, BB)
     GP: tl.constexpr = triton.next_power_of_2(G)
     offs_t = tl.arange(0, TP)
     offs_g = tl.arange(0, GP)
     qf, kf, inv_q, inv_k, kq_t = _key_rows(q_ptr, k_ptr, qk_row, mask_b, K, KP)
-    rw = r * W + offs_b
     hvs = hk * G + offs_g                           # the group's value heads, as columns
     gmask = mask_b[:, None] & (offs_g < G)[None, :]
     g = tl.load(g_ptr + rw[:, None] * HV + hvs[None, :], mask=gmask, other=0.0)
