@@ -1,7 +1,27 @@
 import os
+import subprocess
 
 import pytest
-import torch
+
+
+def _pin_xdist_worker_to_a_gpu():
+    """Under `pytest -n N` on a host with several GPUs, worker gw<i> sees only GPU i mod (GPU count), so the
+    GPU tests spread over the GPUs. Set before torch starts CUDA (which reads CUDA_VISIBLE_DEVICES once); a
+    CUDA_VISIBLE_DEVICES set by the caller is kept."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    if not worker.startswith("gw") or "CUDA_VISIBLE_DEVICES" in os.environ:
+        return
+    try:
+        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return
+    n = sum(1 for line in listed.splitlines() if line.startswith("GPU "))
+    if n > 1:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(int(worker[2:]) % n)
+
+
+_pin_xdist_worker_to_a_gpu()
+import torch  # noqa: E402 -- after the pin
 
 # Triton decides between compiling and interpreting when a kernel is defined (at import), so a CPU-only host
 # must ask for the interpreter before any kernels module is imported.

@@ -70,10 +70,22 @@ def test_gpu_plan_uses_a_present_pack(tmp_path):
 def test_gpu_reproduce_plan_prints_recorded_suite_times(tmp_path):
     from plots.report import expected_time
     out = run_all("reproduce", ONELA_DRY_RUN="gpu", ONELA_OFFLINE="1", ONELA_BASELINE_PACK=str(tmp_path / "none"))
-    assert f"operator suite, 405 shapes x 8 paths (Fig 7) -- expected: {expected_time(REPO / 'results', 'operator')}" \
+    assert f"operator suite, 405 shapes x every path (Fig 7) -- expected: {expected_time(REPO / 'results', 'operator')}" \
         in out
     assert "sweeps.run suite=full_model results_dir=outputs/reproduce/" in out
     assert "plots --results outputs/reproduce/" in out
+
+
+def test_gpu_reproduce_plan_on_several_gpus_shards_the_operator_suite_then_runs_the_rest_at_once(tmp_path):
+    """On 3 GPUs: the operator suite as 3 shards, then recurrent_path, full_model, beam_scaling and traffic side
+    by side, suite j on GPU j mod 3 (traffic after recurrent_path on GPU 0), each pinned by hardware.gpu."""
+    out = run_all("reproduce", ONELA_DRY_RUN="gpu", ONELA_DRY_GPUS="3", ONELA_OFFLINE="1",
+                  ONELA_BASELINE_PACK=str(tmp_path / "none"))
+    assert "suite=operator launcher=joblib_gpus shard.count=3 results_dir=outputs/reproduce/" in out
+    lanes = [ln for ln in out.splitlines() if "would run:" in ln and "hardware.gpu=" in ln]
+    got = [(ln.split("suite=")[1].split()[0], ln.split("hardware.gpu=")[1].split()[0]) for ln in lanes]
+    assert got == [("recurrent_path", "0"), ("traffic", "0"), ("full_model", "1"), ("beam_scaling", "2")], got
+    assert out.index("shard.count=3") < out.index("side by side on 3 GPUs")
 
 
 def test_cpu_quick_plan():
@@ -143,3 +155,24 @@ def test_recorded_hashes_come_from_the_committed_env_records():
     reqs = pack.requirements(pack.collect_specs())
     assert {"vllm==0.33.0", "sglang==0.5.23", "flashinfer-python==0.7.2.post1"} <= set(reqs)
     assert any(f.startswith("vllm-0.33.0") for f in rec) and all(len(h) == 64 for h in rec.values())
+
+
+def test_xdist_workers_spread_over_the_gpus(tmp_path, monkeypatch):
+    """`./run_all.sh test` on a host with several GPUs runs one pytest-xdist worker per GPU: worker gw<i> is
+    pinned to GPU i mod (GPU count) before torch starts CUDA; a caller's CUDA_VISIBLE_DEVICES is kept."""
+    import conftest
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text("#!/bin/sh\n" + "".join(f"echo 'GPU {i}: NVIDIA H200 (UUID: GPU-{i})'\n" for i in range(4)))
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw5")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    conftest._pin_xdist_worker_to_a_gpu()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw2")
+    conftest._pin_xdist_worker_to_a_gpu()
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"
+    out = run_all("test", ONELA_DRY_RUN="gpu", ONELA_DRY_GPUS="4", ONELA_OFFLINE="1",
+                  ONELA_BASELINE_PACK=str(tmp_path / "none"))
+    assert "pytest tests -n 4" in out
