@@ -137,69 +137,30 @@ check() {  # check <run dir>: the self-check against the committed results/
     "$PY" -m plots.check "$1" "${out[@]}"
 }
 
-# gpu_lanes <n> <suite>...: the suites at once, suite j on GPU j mod n (one after another where a GPU has
-# several), each pinned through hardware.gpu and logging to $RUN_DIR/logs/<suite>.log; one stage, timed whole.
-gpu_lanes() {
-  local n=$1 t0=$SECONDS g j rc=0 pid
-  shift
-  local suites=("$@") pids=()
-  STAGE=$((STAGE + 1))
-  say "stage $STAGE: ${suites[*]} side by side on $n GPUs -- expected: the longest of them"
-  [ -z "$DRY" ] && mkdir -p "$RUN_DIR/logs"
-  for ((g = 0; g < n && g < ${#suites[@]}; g++)); do
-    local lane=()
-    for ((j = g; j < ${#suites[@]}; j += n)); do lane+=("${suites[j]}"); done
-    for s in "${lane[@]}"; do
-      say "  GPU $g: $s -- expected: $(expected "$s" 'not measured') on one GPU"
-      [ -n "$DRY" ] && say "  would run: $PY -m sweeps.run suite=$s hardware.gpu=$g results_dir=$RUN_DIR progress=false"
-    done
-    [ -n "$DRY" ] && continue
-    ( lane_rc=0
-      for s in "${lane[@]}"; do
-        "$PY" -m sweeps.run suite="$s" hardware.gpu="$g" results_dir="$RUN_DIR" progress=false \
-          >"$RUN_DIR/logs/$s.log" 2>&1 || lane_rc=$?
-        echo "[run_all]   GPU $g: $s ended (exit ${lane_rc}; log $RUN_DIR/logs/$s.log)"
-      done
-      exit "$lane_rc" ) &
-    pids+=($!)
-  done
-  for pid in "${pids[@]}"; do wait "$pid" || rc=$?; done
-  [ -n "$DRY" ] && return 0
-  say "  stage $STAGE done in $((SECONDS - t0)) s (exit $rc)"
-  printf '%s\t%s\t%s\n' "${suites[*]} side by side" "$((SECONDS - t0))" "$rc" >>"$RUN_DIR/stages.tsv"
-  [ "$rc" -eq 0 ] || RC=1
-  return 0
-}
-
-gpu_suites() {  # every suite into $RUN_DIR; several GPUs: the operator suite sharded over all, then the rest at once
-  local n rest=(recurrent_path full_model beam_scaling)
+gpu_suites() {  # every suite into $RUN_DIR; on several GPUs each suite sharded over all of them (one job per GPU)
+  local n launch=()
   n=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 1)
   [ "$DRY" = gpu ] && n=${ONELA_DRY_GPUS:-1}
+  # one job per GPU, each a shard of the suite's shapes; the shards' tables merge when all have ended and
+  # their side tables (full_model_recurrent.csv, beam_scaling_*.csv) take whole lines from each
+  [ "$n" -gt 1 ] && launch=(-m launcher=joblib_gpus shard.count="$n")
+  local on=""; [ "$n" -gt 1 ] && on=", sharded over $n GPUs"
+  stage "operator suite, 405 shapes x every path (Fig 7)$on" "$(expected operator 'not measured') on one GPU" \
+    "$PY" -m sweeps.run "${launch[@]}" suite=operator results_dir="$RUN_DIR"
+  stage "recurrent_path suite, every path (Fig 8a/8b)$on" "$(expected recurrent_path 'not measured') on one GPU" \
+    "$PY" -m sweeps.run "${launch[@]}" suite=recurrent_path results_dir="$RUN_DIR"
+  stage "full_model suite, 4 paths x 2 prompts x O=3..7 (Fig 6)$on" "$(expected full_model 'not measured') on one GPU" \
+    "$PY" -m sweeps.run "${launch[@]}" suite=full_model results_dir="$RUN_DIR"
+  # beyond the paper; the estimate: 10 depths x 12 paths and one width cell per path, cold compile cache
+  stage "beam_scaling suite, per-step latency vs depth O=2..32 and the widest beam per path (beyond the paper)$on" \
+    "$(expected beam_scaling '6-9 min (estimate)') on one GPU" \
+    "$PY" -m sweeps.run "${launch[@]}" suite=beam_scaling results_dir="$RUN_DIR"
   if command -v ncu >/dev/null 2>&1 || [ "$DRY" = gpu ]; then
-    rest+=(traffic)
+    stage "traffic suite, ncu counters of the recurrent_path cells (Fig 8c)$on" "$(expected traffic 'not measured') on one GPU" \
+      "$PY" -m sweeps.run "${launch[@]}" suite=traffic results_dir="$RUN_DIR"
   else
     say "traffic suite skipped: Nsight Compute (ncu) is not on PATH"
   fi
-  if [ "$n" -gt 1 ]; then
-    stage "operator suite, 405 shapes x every path, sharded over $n GPUs" "$(expected operator 'not measured') on one GPU" \
-      "$PY" -m sweeps.run -m suite=operator launcher=joblib_gpus shard.count="$n" results_dir="$RUN_DIR"
-    gpu_lanes "$n" "${rest[@]}"
-    return 0
-  fi
-  stage "operator suite, 405 shapes x every path (Fig 7)" "$(expected operator 'not measured')" \
-    "$PY" -m sweeps.run suite=operator results_dir="$RUN_DIR"
-  stage "recurrent_path suite, every path (Fig 8a/8b)" "$(expected recurrent_path 'not measured')" \
-    "$PY" -m sweeps.run suite=recurrent_path results_dir="$RUN_DIR"
-  stage "full_model suite, 4 paths x 2 prompts x O=3..7 (Fig 6)" "$(expected full_model 'not measured')" \
-    "$PY" -m sweeps.run suite=full_model results_dir="$RUN_DIR"
-  # beyond the paper; the estimate: 10 depths x 12 paths and one width cell per path, cold compile cache
-  stage "beam_scaling suite, per-step latency vs depth O=2..32 and the widest beam per path (beyond the paper)" \
-    "$(expected beam_scaling '6-9 min (estimate)')" \
-    "$PY" -m sweeps.run suite=beam_scaling results_dir="$RUN_DIR"
-  [[ " ${rest[*]} " == *" traffic "* ]] && \
-    stage "traffic suite, ncu counters of the recurrent_path cells (Fig 8c)" "$(expected traffic 'not measured')" \
-      "$PY" -m sweeps.run suite=traffic results_dir="$RUN_DIR"
-  return 0
 }
 
 quick_gpu() {

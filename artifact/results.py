@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import csv
 import datetime
+import fcntl
 import hashlib
 import io
 import json
@@ -218,15 +219,19 @@ def upgrade_table(csv_path: str | os.PathLike) -> bool:
 
 def append_csv(csv_path: str | os.PathLike, columns, rows: list[dict]) -> None:
     """Append rows (missing fields empty) under `columns`, writing the header into a new or empty file, and
-    flush them to disk: the one writer of the suites' tables and of the side tables beside them."""
+    flush them to disk: the one writer of the suites' tables and of the side tables beside them. The append
+    holds an exclusive lock on the file and is one write, so the shards of a suite, which share its side
+    tables, never interleave their lines or write the header twice."""
     csv_path = Path(csv_path)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    new = not csv_path.exists() or csv_path.stat().st_size == 0
     with open(csv_path, "a", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(columns), extrasaction="raise")
-        if new:
+        fcntl.flock(f, fcntl.LOCK_EX)           # released when the file closes
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="raise")
+        if os.fstat(f.fileno()).st_size == 0:
             w.writeheader()
         w.writerows({c: r.get(c, "") for c in columns} for r in rows)
+        f.write(buf.getvalue())
         f.flush()
         os.fsync(f.fileno())
 
@@ -468,7 +473,6 @@ def table_lock(csv_path: str | os.PathLike, shared: bool = False):
     An flock (released by the kernel however the holder dies, so a killed run leaves no stale lock). The lock
     file is removed by its last holder; an acquirer checks that the file it locked is still the one at the path,
     so a lock taken on a file removed meanwhile is retried."""
-    import fcntl
     csv_path = Path(csv_path)
     lock = _lock_path(csv_path)
     lock.parent.mkdir(parents=True, exist_ok=True)

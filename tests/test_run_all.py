@@ -76,16 +76,14 @@ def test_gpu_reproduce_plan_prints_recorded_suite_times(tmp_path):
     assert "plots --results outputs/reproduce/" in out
 
 
-def test_gpu_reproduce_plan_on_several_gpus_shards_the_operator_suite_then_runs_the_rest_at_once(tmp_path):
-    """On 3 GPUs: the operator suite as 3 shards, then recurrent_path, full_model, beam_scaling and traffic side
-    by side, suite j on GPU j mod 3 (traffic after recurrent_path on GPU 0), each pinned by hardware.gpu."""
+def test_gpu_reproduce_plan_on_several_gpus_shards_every_suite(tmp_path):
+    """On 3 GPUs every suite runs as 3 shards at once, one per GPU (hydra's joblib launcher)."""
     out = run_all("reproduce", ONELA_DRY_RUN="gpu", ONELA_DRY_GPUS="3", ONELA_OFFLINE="1",
                   ONELA_BASELINE_PACK=str(tmp_path / "none"))
-    assert "suite=operator launcher=joblib_gpus shard.count=3 results_dir=outputs/reproduce/" in out
-    lanes = [ln for ln in out.splitlines() if "would run:" in ln and "hardware.gpu=" in ln]
-    got = [(ln.split("suite=")[1].split()[0], ln.split("hardware.gpu=")[1].split()[0]) for ln in lanes]
-    assert got == [("recurrent_path", "0"), ("traffic", "0"), ("full_model", "1"), ("beam_scaling", "2")], got
-    assert out.index("shard.count=3") < out.index("side by side on 3 GPUs")
+    runs = [ln for ln in out.splitlines() if "would run:" in ln and "sweeps.run" in ln]
+    assert [ln.split("suite=")[1].split()[0] for ln in runs] == \
+        ["operator", "recurrent_path", "full_model", "beam_scaling", "traffic"], runs
+    assert all("-m launcher=joblib_gpus shard.count=3 suite=" in ln for ln in runs), runs
 
 
 def test_cpu_quick_plan():

@@ -3,6 +3,7 @@ the figures; one writer per table (table_lock); a repair command for what the re
 is named with its file and line; nothing malformed is ever taken as a row."""
 from __future__ import annotations
 
+import csv
 import os
 import re
 import subprocess
@@ -240,3 +241,25 @@ def test_the_committed_tables_read_whole():
         t = read_table(p)
         assert not t.refused and t.torn is None, (p, t.problems())
         assert all(set(r) == set(COLUMNS) for r in t.rows), p
+
+
+def _append_many(path, i):
+    from artifact.results import append_csv
+    for j in range(50):
+        append_csv(path, ["shard", "n", "pad"], [{"shard": i, "n": j, "pad": "x" * 500}])
+
+
+def test_shards_appending_to_one_side_table_never_interleave(tmp_path):
+    """The shards of a suite append to its side tables (full_model_recurrent.csv, beam_scaling_steps.csv) at
+    once: one header, every line whole, none lost."""
+    import multiprocessing
+    path = tmp_path / "side.csv"
+    procs = [multiprocessing.get_context("fork").Process(target=_append_many, args=(path, i)) for i in range(6)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join()
+    with open(path, newline="") as f:
+        lines = list(csv.reader(f))
+    assert lines[0] == ["shard", "n", "pad"] and lines.count(["shard", "n", "pad"]) == 1
+    assert sorted((int(s), int(n)) for s, n, _ in lines[1:]) == [(i, j) for i in range(6) for j in range(50)]

@@ -21,7 +21,6 @@ the prompt-attention kernel to the side file <results_dir>/full_model_recurrent.
 """
 from __future__ import annotations
 
-import csv
 import dataclasses
 import math
 from dataclasses import dataclass
@@ -38,7 +37,7 @@ from artifact.model.graphs import capture, time_decode, time_steppers
 from artifact.model.network import HybridModel, get_dtype
 from artifact.model.prefill import prefill, random_prompts
 from artifact.paths import get_path
-from artifact.results import COLUMNS
+from artifact.results import COLUMNS, append_csv
 from artifact.timing import Timing
 from artifact.workload import Shape
 
@@ -303,12 +302,5 @@ def _side(ctx, row: dict, dec: BeamDecoder, rec: Timing | None) -> dict:
     results_dir = getattr(ctx, "results_dir", None)
     if results_dir is None:
         return side
-    f = Path(results_dir) / SIDE_FILE
-    f.parent.mkdir(parents=True, exist_ok=True)
-    new = not f.exists() or f.stat().st_size == 0
-    with open(f, "a", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=SIDE_COLUMNS)
-        if new:
-            w.writeheader()
-        w.writerow(side)
+    append_csv(Path(results_dir) / SIDE_FILE, SIDE_COLUMNS, [side])     # shards of the suite share the file
     return side
