@@ -137,7 +137,7 @@ check() {  # check <run dir>: the self-check against the committed results/
     "$PY" -m plots.check "$1" "${out[@]}"
 }
 
-gpu_suites() {  # every suite into $RUN_DIR; on several GPUs each suite sharded over all of them (one job per GPU)
+gpu_suites() {  # every suite into $RUN_DIR; on several GPUs each suite but traffic sharded over all of them
   local n launch=()
   n=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 1)
   [ "$DRY" = gpu ] && n=${ONELA_DRY_GPUS:-1}
@@ -155,9 +155,10 @@ gpu_suites() {  # every suite into $RUN_DIR; on several GPUs each suite sharded 
   stage "beam_scaling suite, per-step latency vs depth O=2..32 and the widest beam per path (beyond the paper)$on" \
     "$(expected beam_scaling '6-9 min (estimate)') on one GPU" \
     "$PY" -m sweeps.run "${launch[@]}" suite=beam_scaling results_dir="$RUN_DIR"
+  # not sharded: ncu takes a host-wide lock (/tmp/nsight-compute-lock), so shards would only queue for it
   if command -v ncu >/dev/null 2>&1 || [ "$DRY" = gpu ]; then
-    stage "traffic suite, ncu counters of the recurrent_path cells (Fig 8c)$on" "$(expected traffic 'not measured') on one GPU" \
-      "$PY" -m sweeps.run "${launch[@]}" suite=traffic results_dir="$RUN_DIR"
+    stage "traffic suite, ncu counters of the recurrent_path cells (Fig 8c)" "$(expected traffic 'not measured')" \
+      "$PY" -m sweeps.run suite=traffic results_dir="$RUN_DIR"
   else
     say "traffic suite skipped: Nsight Compute (ncu) is not on PATH"
   fi

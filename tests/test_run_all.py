@@ -77,13 +77,15 @@ def test_gpu_reproduce_plan_prints_recorded_suite_times(tmp_path):
 
 
 def test_gpu_reproduce_plan_on_several_gpus_shards_every_suite(tmp_path):
-    """On 3 GPUs every suite runs as 3 shards at once, one per GPU (hydra's joblib launcher)."""
+    """On 3 GPUs every suite runs as 3 shards at once, one per GPU (hydra's joblib launcher), except traffic:
+    ncu profiles one process per host at a time."""
     out = run_all("reproduce", ONELA_DRY_RUN="gpu", ONELA_DRY_GPUS="3", ONELA_OFFLINE="1",
                   ONELA_BASELINE_PACK=str(tmp_path / "none"))
     runs = [ln for ln in out.splitlines() if "would run:" in ln and "sweeps.run" in ln]
     assert [ln.split("suite=")[1].split()[0] for ln in runs] == \
         ["operator", "recurrent_path", "full_model", "beam_scaling", "traffic"], runs
-    assert all("-m launcher=joblib_gpus shard.count=3 suite=" in ln for ln in runs), runs
+    assert all("-m launcher=joblib_gpus shard.count=3 suite=" in ln for ln in runs[:4]), runs
+    assert "shard" not in runs[4] and "suite=traffic" in runs[4], runs
 
 
 def test_cpu_quick_plan():
