@@ -5,19 +5,21 @@ import pytest
 
 
 def _pin_xdist_worker_to_a_gpu():
-    """Under `pytest -n N` on a host with several GPUs, worker gw<i> sees only GPU i mod (GPU count), so the
-    GPU tests spread over the GPUs. Set before torch starts CUDA (which reads CUDA_VISIBLE_DEVICES once); a
-    CUDA_VISIBLE_DEVICES set by the caller is kept."""
+    """Under `pytest -n N` on a host with several GPUs, worker gw<i> sees only GPU i mod (GPU count) -- of the
+    caller's CUDA_VISIBLE_DEVICES list when one is set -- so the GPU tests spread over the GPUs. Set before torch
+    starts CUDA, which reads CUDA_VISIBLE_DEVICES once."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
-    if not worker.startswith("gw") or "CUDA_VISIBLE_DEVICES" in os.environ:
+    if not worker.startswith("gw"):
         return
-    try:
-        listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return
-    n = sum(1 for line in listed.splitlines() if line.startswith("GPU "))
-    if n > 1:
-        os.environ["CUDA_VISIBLE_DEVICES"] = str(int(worker[2:]) % n)
+    visible = [d.strip() for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if not visible and "CUDA_VISIBLE_DEVICES" not in os.environ:
+        try:
+            listed = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            return
+        visible = [str(i) for i, line in enumerate(ln for ln in listed.splitlines() if ln.startswith("GPU "))]
+    if len(visible) > 1:
+        os.environ["CUDA_VISIBLE_DEVICES"] = visible[int(worker[2:]) % len(visible)]
 
 
 _pin_xdist_worker_to_a_gpu()

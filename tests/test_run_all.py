@@ -159,7 +159,7 @@ def test_recorded_hashes_come_from_the_committed_env_records():
 
 def test_xdist_workers_spread_over_the_gpus(tmp_path, monkeypatch):
     """`./run_all.sh test` on a host with several GPUs runs one pytest-xdist worker per GPU: worker gw<i> is
-    pinned to GPU i mod (GPU count) before torch starts CUDA; a caller's CUDA_VISIBLE_DEVICES is kept."""
+    pinned to GPU i mod (GPU count) before torch starts CUDA, indexing a caller's CUDA_VISIBLE_DEVICES list."""
     import conftest
     smi = tmp_path / "nvidia-smi"
     smi.write_text("#!/bin/sh\n" + "".join(f"echo 'GPU {i}: NVIDIA H200 (UUID: GPU-{i})'\n" for i in range(4)))
@@ -169,10 +169,12 @@ def test_xdist_workers_spread_over_the_gpus(tmp_path, monkeypatch):
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     conftest._pin_xdist_worker_to_a_gpu()
     assert os.environ["CUDA_VISIBLE_DEVICES"] == "1"
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
-    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw2")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw4")
     conftest._pin_xdist_worker_to_a_gpu()
-    assert os.environ["CUDA_VISIBLE_DEVICES"] == "3"
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
+    conftest._pin_xdist_worker_to_a_gpu()            # one GPU visible: kept
+    assert os.environ["CUDA_VISIBLE_DEVICES"] == "5"
     out = run_all("test", ONELA_DRY_RUN="gpu", ONELA_DRY_GPUS="4", ONELA_OFFLINE="1",
                   ONELA_BASELINE_PACK=str(tmp_path / "none"))
     assert "pytest tests -n 4" in out
