@@ -150,19 +150,25 @@ def test_onela_depth_tiled_prep_gives_the_one_tile_outputs(geo, tile, device, mo
 
 def test_onela_refuses_only_depths_its_offsets_cannot_index(device):
     """No depth limit of the kernels' own: supports() takes T = 64 and 1000, and refuses T < 1 and a shape whose
-    coefficient table outgrows int32 offsets, naming the number, as the stepper does before it allocates."""
+    coefficient table outgrows int32 offsets, naming the number, as the stepper does before it allocates. On a
+    GPU it also refuses what CUDA's grid cannot launch (y / z extents of 65,535), naming it; the interpreter has
+    no such limit."""
     from artifact.workload import Shape
-    from kernels.onela.plan import depth_supports
+    from kernels.onela.plan import shape_supports
     geo = Geometry(1, 2, 16, 16)
     for T in (32, 33, 64, 1000):
         assert get_path("onela").supports(geo, Shape(1, 5, T), device) is None
-    assert "T=0 decode steps unsupported" in depth_supports(0)
+    assert "T=0 decode steps unsupported" in shape_supports(0)
     big = Geometry(16, 64, 128, 128)
     reason = get_path("onela").supports(big, Shape(64, 4096, 100), device)
     assert "(3 + 2T) * R * HV * W = 3405774848 entries exceed int32 offsets (2147483647)" in reason, reason
     assert get_path("onela").supports(big, Shape(64, 4096, 60), device) is None
     with pytest.raises(ValueError, match=re.escape("exceed int32 offsets")):
         OneLAStepper(big, 64, 4096, 100, device)
+    assert "R=4096 x HV=16 = 65536 request heads unsupported" in shape_supports(2, 4096, 1, 16)
+    assert shape_supports(2, 4095, 1, 16) is None and shape_supports(2, 4096, 1, 16, on_gpu=False) is None
+    assert "W=4194241 beams unsupported: 65536 beam tiles" in shape_supports(2, 1, 4194241, 1)
+    assert shape_supports(2, 1, 4194240, 1) is None
 
 
 @pytest.mark.parametrize("stepper_cls", [OneLAStepper, ControlledFullStateStepper])
@@ -710,3 +716,15 @@ def test_fullstate_paper_paths_are_registered_and_report_a_workspace():
         path = get_path(f"{system}_fullstate_paper")
         assert path.name == f"{system}_fullstate_paper" and isinstance(path, DecodePath)
         assert type(path).__module__ == type(get_path(f"{system}_fullstate")).__module__   # one module, two modes
+
+
+def test_controlled_fullstate_refuses_grids_cuda_cannot_launch():
+    """The FullState kernel's grid takes R x W beams on CUDA's y axis (at most 65,535): supports() and the
+    stepper refuse more on a GPU, naming the number, before anything is allocated."""
+    from artifact.workload import Shape
+    geo = Geometry(1, 1, 16, 16)
+    reason = get_path("controlled_fullstate").supports(geo, Shape(4, 16384, 3), "cuda")
+    assert "R=4 x W=16384 = 65536 beams unsupported" in reason, reason
+    if torch.cuda.is_available():
+        with pytest.raises(ValueError, match="65536 beams unsupported"):
+            ControlledFullStateStepper(geo, 4, 16384, 3, "cuda")

@@ -40,14 +40,26 @@ _PREP_DEEP_MAXNREG = 255
 _INT32_MAX = 2**31 - 1
 
 
-def depth_supports(T: int, R: int = 1, W: int = 1, HV: int = 1) -> str | None:
+# CUDA's grid: y and z extents at most 65,535. The main kernel's grid is (value tiles, beam tiles, request x value
+# head), the prep kernels' (beam tiles of 16, request x key head); the ws kernel's is one axis of at most the SMs.
+_GRID_YZ_MAX = 65535
+
+
+def shape_supports(T: int, R: int = 1, W: int = 1, HV: int = 1, on_gpu: bool = True) -> str | None:
     """Why the kernels cannot run a T-step decode of R requests, W beams, HV value heads (None: they can): T < 1,
-    or a coefficient table past int32 offsets. The kernels' registers and shared memory do not grow with T."""
+    a coefficient table past int32 offsets, or, on a GPU, a launch grid past CUDA's y / z extent (R x HV request
+    heads, or more beam tiles of 64 than that). The kernels' registers and shared memory do not grow with T."""
     if T < 1:
         return f"onela: T={T} decode steps unsupported (at least 1)"
     if (3 + 2 * T) * R * HV * W > _INT32_MAX:
         return (f"onela: T={T} decode steps unsupported at R={R}, W={W}, HV={HV}: the coefficient table's "
                 f"(3 + 2T) * R * HV * W = {(3 + 2 * T) * R * HV * W} entries exceed int32 offsets ({_INT32_MAX})")
+    if on_gpu and R * HV > _GRID_YZ_MAX:
+        return (f"onela: R={R} x HV={HV} = {R * HV} request heads unsupported: the main kernel's grid takes them "
+                f"on CUDA's z axis, at most {_GRID_YZ_MAX} (split the batch)")
+    if on_gpu and triton.cdiv(W, 64) > _GRID_YZ_MAX:
+        return (f"onela: W={W} beams unsupported: {triton.cdiv(W, 64)} beam tiles of 64 on the main kernel's grid "
+                f"y axis, at most {_GRID_YZ_MAX} (W <= {64 * _GRID_YZ_MAX})")
     return None
 
 

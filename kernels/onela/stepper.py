@@ -15,7 +15,7 @@ from artifact.ancestry import advance as advance_ancestry
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
 from kernels.checks import check_reset, check_step, kernel_supports
-from kernels.onela.plan import CONFIG_KEYS, depth_supports, launch_config, step_launches
+from kernels.onela.plan import CONFIG_KEYS, launch_config, shape_supports, step_launches
 from kernels.onela.triton_kernels import onela_main_kernel, onela_prep_deep_kernel, onela_prep_kernel
 from kernels.onela.ws import launch_ws, ws_layout_supports, ws_shape_supports
 
@@ -28,7 +28,8 @@ class OneLAStepper(Stepper):
 
     def __init__(self, geometry, R, W, T, device, config: dict | None = None):
         super().__init__(geometry, R, W, T, device)
-        reason = kernel_supports("onela", geometry, self.device) or depth_supports(T, R, W, geometry.hv)
+        reason = kernel_supports("onela", geometry, self.device) or \
+            shape_supports(T, R, W, geometry.hv, self.device.type == "cuda")
         if reason:
             raise ValueError(reason)
         unknown = sorted(set(config or {}) - set(CONFIG_KEYS))
@@ -108,7 +109,8 @@ class OneLAPath(StepperPath):
     stepper_cls = OneLAStepper
 
     def supports(self, geometry, shape, device):
-        return kernel_supports("onela", geometry, device) or depth_supports(shape.T, shape.R, shape.W, geometry.hv)
+        return kernel_supports("onela", geometry, device) or \
+            shape_supports(shape.T, shape.R, shape.W, geometry.hv, torch.device(device).type == "cuda")
 
     def cost(self, wl) -> dict:
         return onela_cost(wl)
