@@ -33,6 +33,14 @@ from kernels.checks import check_reset, check_step, kernel_supports
 _GRID_Y_MAX = 65535     # CUDA's grid y extent: the step kernel's grid is (value tiles, R x W beams, value heads)
 
 
+def _grid_supports(R: int, W: int) -> str | None:
+    """Why the step kernel's grid cannot take R x W beams on a GPU (None: it can)."""
+    if R * W > _GRID_Y_MAX:
+        return (f"controlled_fullstate: R={R} x W={W} = {R * W} beams unsupported: the kernel's grid takes them "
+                f"on CUDA's y axis, at most {_GRID_Y_MAX}")
+    return None
+
+
 @triton.jit
 def _fullstate_step_kernel(
     q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, src_ptr, par_ptr, dst_ptr, out_ptr,
@@ -100,10 +108,8 @@ class ControlledFullStateStepper(Stepper):
 
     def __init__(self, geometry, R, W, T, device, block_v: int | None = None):
         super().__init__(geometry, R, W, T, device)
-        reason = kernel_supports("controlled_fullstate", geometry, self.device)
-        if self.device.type == "cuda" and R * W > _GRID_Y_MAX:
-            reason = (f"controlled_fullstate: R={R} x W={W} = {R * W} beams unsupported (grid y axis, at most "
-                      f"{_GRID_Y_MAX})")
+        reason = kernel_supports("controlled_fullstate", geometry, self.device) or \
+            (_grid_supports(R, W) if self.device.type == "cuda" else None)
         if reason:
             raise ValueError(reason)
         shape = (R * W, geometry.hv, geometry.v, geometry.k)
@@ -168,9 +174,8 @@ class ControlledFullStatePath(StepperPath):
             return reason
         dev = torch.device(device)
         if dev.type == "cuda":
-            if shape.R * shape.W > _GRID_Y_MAX:
-                return (f"controlled_fullstate: R={shape.R} x W={shape.W} = {shape.R * shape.W} beams unsupported: "
-                        f"the kernel's grid takes them on CUDA's y axis, at most {_GRID_Y_MAX}")
+            if reason := _grid_supports(shape.R, shape.W):
+                return reason
             # index mode: two pools; paper mode: one pool and a workspace of the same size
             need = (2 if shape.T > 1 else 1) * shape.R * shape.W * geometry.state_bytes
             free = device_free_bytes(dev)
