@@ -137,10 +137,14 @@ check() {  # check <run dir>: the self-check against the committed results/
     "$PY" -m plots.check "$1" "${out[@]}"
 }
 
+gpu_count() {  # the GPUs this host has (ONELA_DRY_RUN=gpu: ONELA_DRY_GPUS, default 1)
+  if [ "$DRY" = gpu ]; then echo "${ONELA_DRY_GPUS:-1}"; return; fi
+  "$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0
+}
+
 gpu_suites() {  # every suite into $RUN_DIR; on several GPUs each suite but traffic sharded over all of them
   local n launch=()
-  n=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 1)
-  [ "$DRY" = gpu ] && n=${ONELA_DRY_GPUS:-1}
+  n=$(gpu_count)
   # one job per GPU, each a shard of the suite's shapes; the shards' tables merge when all have ended and
   # their side tables (full_model_recurrent.csv, beam_scaling_*.csv) take whole lines from each
   [ "$n" -gt 1 ] && launch=(-m launcher=joblib_gpus shard.count="$n")
@@ -199,8 +203,7 @@ case "$cmd" in
     say "running the test suite (GPU tests are marked 'gpu' and skip without a GPU)"
     # several GPUs: one pytest-xdist worker per GPU (tests/conftest.py pins worker i to GPU i)
     XDIST=()
-    n=$("$PY" -c "import torch; print(torch.cuda.device_count())" 2>/dev/null || echo 0)
-    [ "$DRY" = gpu ] && n=${ONELA_DRY_GPUS:-1}
+    n=$(gpu_count)
     if [ "$n" -gt 1 ] && { [ "$DRY" = gpu ] || "$PY" -c "import xdist" 2>/dev/null; }; then XDIST=(-n "$n"); fi
     [ -n "$DRY" ] && { say "  would run: $PY -m pytest tests ${XDIST[*]}"; exit 0; }
     exec "$PY" -m pytest tests "${XDIST[@]}"
