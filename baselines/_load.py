@@ -8,7 +8,8 @@ when it exists, else through whatever framework is installed. Either way the loa
   - registers its `extension_stubs` (compiled extensions that platform code imports but the kernels never
     call) as empty modules,
   - registers its `placeholders` (third-party modules imported by utility code at module level) as modules
-    that raise ImportError on first use, only when the host lacks them,
+    that raise ImportError on first use, only when the host lacks them and only while the framework's modules
+    import,
 and never touches a kernel module. `load()` returns the imported module; `unavailable_reason()` is what an
 adapter's `supports()` reports when that fails.
 """
@@ -146,6 +147,18 @@ def load(spec: dict, module: str) -> types.ModuleType:
         where = f"pack {pack_site()}" if pack_site() else "installed packages (no baseline pack built)"
         _failures[key] = f"{spec['wheel']}: cannot import {module} from {where}: {type(e).__name__}: {e}"
         raise ImportError(_failures[key]) from e
+    finally:
+        _withdraw_placeholders()
+
+
+def _withdraw_placeholders() -> None:
+    """Placeholders serve the framework's own module-level imports only: once those ran (the modules keep their
+    references), the names leave sys.modules, so that code elsewhere in the process sees the host as it is --
+    transformers, for one, takes a module found under `torchcodec` for an installed package and then fails on
+    its missing metadata."""
+    for name in [n for n, m in sys.modules.items() if isinstance(m, MissingDependency)]:
+        del sys.modules[name]
+    _PlaceholderFinder.roots.clear()
 
 
 def unavailable_reason(spec: dict, modules: list[str]) -> str | None:

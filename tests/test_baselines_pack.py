@@ -138,6 +138,9 @@ def test_loader_imports_from_the_pack(wheels, adapters, tmp_path):
             assert "absentdep.sub.thing" in str(e)
         else:
             raise AssertionError("placeholder call did not raise")
+        import importlib.util     # the placeholders served the import only: the rest of the process sees the host
+        assert "absentdep" not in sys.modules and importlib.util.find_spec("absentdep") is None
+        assert _load.load(spec, "fakefw.ops.kern") is kern and "absentdep" not in sys.modules
         print("LOADED")
         """)
     env = {"ONELA_BASELINE_PACK": str(out), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}

@@ -728,3 +728,28 @@ def test_controlled_fullstate_refuses_grids_cuda_cannot_launch():
     if torch.cuda.is_available():
         with pytest.raises(ValueError, match="65536 beams unsupported"):
             ControlledFullStateStepper(geo, 4, 16384, 3, "cuda")
+
+
+def test_jit_bodies_call_only_device_functions():
+    """A @triton.jit / @gluon.jit body calls only other jit functions and triton.language / gluon: Triton's launch
+    path refuses any other callable it finds there ("Unsupported function referenced"), and neither the
+    interpreter nor an ahead-of-time compile checks that, so a host helper such as `triton.next_power_of_2` in a
+    kernel body passes every CPU test and fails its first launch on a GPU. Sizes derived on the host come in as
+    constexpr arguments."""
+    import ast
+    import inspect
+    import importlib
+    bad = []
+    for mod_name in ("kernels.onela.triton_kernels", "kernels.onela.ws", "kernels.onela.records", "kernels.fullstate",
+                     "artifact.launch_floor"):
+        src = inspect.getsource(importlib.import_module(mod_name))
+        for fn in ast.walk(ast.parse(src)):
+            if not isinstance(fn, ast.FunctionDef) or not any(
+                    "jit" in ast.unparse(d) for d in fn.decorator_list):
+                continue
+            for node in (n for stmt in fn.body for n in ast.walk(stmt)):
+                if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                    chain = ast.unparse(node.func)
+                    if chain.startswith("triton.") and not chain.startswith("triton.language."):
+                        bad.append(f"{mod_name}.{fn.name}: {chain}")
+    assert not bad, bad

@@ -220,18 +220,19 @@ def onela_prep_kernel(
 def onela_prep_deep_kernel(
     q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr,
     R, W, HV, HK, T_CAP, sq, step,
-    K: tl.constexpr, KP: tl.constexpr, G: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr, PDL: tl.constexpr,
+    K: tl.constexpr, KP: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """`onela_prep_kernel`'s outputs for step `step` (a run-time value, so one compile serves every deep step),
     the depth axis in tiles of TP columns from the deepest tile (the one holding depth step - 1) down, in a
     run-time loop. Each tile gathers its ancestry slots, k-hat rows and alphas (TP independent gathers in flight),
     writes its ancestry columns and its coefficient rows, and hands the alpha product chain c (one column per
     value head of the group: [BB, GP]) to the next tile in registers -- so registers are those of one tile at
-    any depth. Same grid and arguments as `onela_prep_kernel` otherwise."""
+    any depth. GP: the power of two >= G (the group's columns). Same grid and arguments as `onela_prep_kernel`
+    otherwise."""
     if PDL:
         tl_cuda.gdc_launch_dependents()     # the main kernel may start its S load and projections meanwhile
     r, hk, offs_b, mask_b, rw, qk_row = _prep_program(W, HK, sq, BB)
-    GP: tl.constexpr = triton.next_power_of_2(G)
     offs_t = tl.arange(0, TP)
     offs_g = tl.arange(0, GP)
     qf, kf, inv_q, inv_k, kq_t = _key_rows(q_ptr, k_ptr, qk_row, mask_b, K, KP)
