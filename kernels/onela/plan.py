@@ -140,5 +140,6 @@ def _prep_launch(geo, R: int, W: int, t: int, pdl: int) -> dict:
     opts = {"num_warps": _PREP_WARPS, "launch_pdl": bool(pdl)}
     if prep_is_deep(t, geo.group):
         tp = _DEPTH_TILE if geo.k <= 128 else _DEPTH_TILE_WIDE_K
-        return {"prep_deep": (grid, {**const, "GP": triton.next_power_of_2(geo.group), "TP": tp}, {**opts, "maxnreg": _PREP_DEEP_MAXNREG})}
+        deep = {**const, "GP": triton.next_power_of_2(geo.group), "TP": tp}
+        return {"prep_deep": (grid, deep, {**opts, "maxnreg": _PREP_DEEP_MAXNREG})}
     return {"prep": (grid, {**const, "STEP": t, "TP": max(2, triton.next_power_of_2(t))}, opts)}
