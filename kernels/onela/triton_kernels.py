@@ -40,6 +40,7 @@ from kernels.onela.records import record_row
 # registers, so the beam loop runs at every step without spilling.
 _REPLAY_STAGES = tl.constexpr(3)
 
+
 @triton.jit
 def _mm(a, b, UPCAST: tl.constexpr):
     """a @ b with fp32 accumulation; UPCAST (CPU interpreter only, whose bf16 tl.dot is broken in Triton 3.6)
