@@ -13,11 +13,12 @@ paired shape keeps its slot, which says why ("not measured yet" while it has no 
 """
 from __future__ import annotations
 
+import re
+import textwrap
+
 import matplotlib.pyplot as plt
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
-
-import textwrap
 
 from plots import paper
 from plots.data import PRIMARY_GATE, Results, own_gates
@@ -56,6 +57,15 @@ def not_measured(res: Results, metric: str = "latency_ms") -> dict[str, str]:
     return out
 
 
+def slot_reason(reason: str) -> str:
+    """A skip reason short enough for a slot: a framework that could not be imported reads "<dist>: no module
+    '<name>' here" (the import path and pack location stay in REPORT.md's skip table); any other reason is kept."""
+    missing = re.search(r"No module named '([^']+)'", reason)
+    if "cannot import" in reason and missing:
+        return f"{reason.split(':', 1)[0]}: no module '{missing.group(1)}' here"
+    return reason
+
+
 def _name(path: str) -> str:
     return "\n".join(textwrap.wrap(display_name(path), 12))
 
@@ -85,7 +95,7 @@ def _panel(ax, res: Results, ratios: dict, title: str, paper_medians: dict, abse
     for b in names:
         if b in ratios:
             continue
-        why = "\n".join(textwrap.wrap(absent[b], 16, break_on_hyphens=False)[:6])
+        why = "\n".join(textwrap.wrap(slot_reason(absent[b]), 16, break_on_hyphens=False, break_long_words=False)[:6])
         ax.text(at[b], 0.5, why if absent[b] == NOT_MEASURED else "not measured:\n" + why,
                 transform=ax.get_xaxis_transform(), ha="center", va="center", fontsize=6.5, color="#616161",
                 bbox=dict(boxstyle="round", facecolor="#f5f5f5", edgecolor="#bdbdbd"))

@@ -194,6 +194,22 @@ def test_fig7_one_box_per_baseline_with_medians(fake):
     assert "not measured yet" not in t
 
 
+def test_fig7_slot_of_an_unimportable_framework_names_it_in_full_words(tmp_path):
+    """A path whose framework could not be imported keeps a slot that names the distribution and the missing
+    module, not a wrapped prefix of the import path; other reasons are kept as recorded."""
+    reason = ("tensorrt-llm==1.2.0: cannot import tensorrt_llm._torch.modules.fla.fused_sigmoid_gating_recurrent "
+              "from pack /x/.baseline_pack/site: ModuleNotFoundError: No module named 'tensorrt_llm' (a stub)")
+    assert fig7_generality.slot_reason(reason) == "tensorrt-llm==1.2.0: no module 'tensorrt_llm' here"
+    assert fig7_generality.slot_reason("not natively supported: K=40") == "not natively supported: K=40"
+    rows = operator_rows(Rs=(4,), Ts=(2,))
+    for r in rows:
+        if r["path"] == "sglang_fullstate":
+            r.update(status="skipped", reason=reason, latency_ms="")
+    t = texts(fig7_generality.draw(load_results(write_results(tmp_path, rows))))
+    assert "'tensorrt_llm'" in t
+    assert "fused_sig" not in t
+
+
 def test_fig8_three_panels_with_floors_and_ai(fake):
     fig = fig8_sources.draw(fake)
     paths = {"series:onela", "series:vllm_prefix_replay", "series:vllm_fullstate", "series:vllm_fullstate_paper"}
