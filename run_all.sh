@@ -153,7 +153,7 @@ gpu_suites() {  # every suite into $RUN_DIR; on several GPUs each suite but traf
     "$PY" -m sweeps.run "${launch[@]}" suite=operator results_dir="$RUN_DIR"
   stage "recurrent_path suite, every path (Fig 8a/8b)$on" "$(expected recurrent_path 'not measured') on one GPU" \
     "$PY" -m sweeps.run "${launch[@]}" suite=recurrent_path results_dir="$RUN_DIR"
-  stage "full_model suite, 4 paths x 2 prompts x O=3..7 (Fig 6)$on" "$(expected full_model 'not measured') on one GPU" \
+  stage "full_model suite, 6 paths x 2 prompts x O=3..7 (Fig 6)$on" "$(expected full_model 'not measured') on one GPU" \
     "$PY" -m sweeps.run "${launch[@]}" suite=full_model results_dir="$RUN_DIR"
   # beyond the paper; the estimate: 10 depths x 12 paths and one width cell per path, cold compile cache
   stage "beam_scaling suite, per-step latency vs depth O=2..32 and the widest beam per path (beyond the paper)$on" \
