@@ -161,6 +161,21 @@ def test_a_tampered_run_fails(tmp_path, run_check, what):
     assert "FAIL" in line(out, expect)
 
 
+def test_an_eager_timed_path_is_shown_not_gated(tmp_path, run_check):
+    """The torch references run as eager launch loops: their latency follows the host, so 25 % off is shown only;
+    the same change on a graph-timed path fails (test_a_tampered_run_fails)."""
+    tables = quick_rows()
+    rp = tables["recurrent_path"].copy()
+    eager = rp.path == "reference_replay"
+    assert eager.any() and rp.loc[eager, "timer"].str.startswith("eager").all()
+    rp.loc[eager, "latency_ms"] = rp.loc[eager, "latency_ms"].map(lambda x: repr(float(x) * 0.75))
+    tables["recurrent_path"] = rp
+    code, out = run_check(write_run(tmp_path / "run", tables))
+    assert code == check.EXIT_OK, out
+    got = line(out, "recurrent_path: Reference replay (torch) latency")
+    assert "0.750" in got and "info" in got and "eager-timed" in got
+
+
 def test_another_gpu_model_is_shown_not_judged(tmp_path, run_check):
     run = write_run(tmp_path / "run", quick_rows(), gpu="NVIDIA H100 80GB HBM3", scale=1.4)
     code, out = run_check(run)
