@@ -28,16 +28,15 @@ import triton.language as tl
 from artifact.measure import device_free_bytes
 from artifact.paths import Stepper, StepperPath
 from artifact.reference import fullstate_cost
-from kernels.checks import check_reset, check_step, kernel_supports
-
-_GRID_Y_MAX = 65535     # CUDA's grid y extent: the step kernel's grid is (value tiles, R x W beams, value heads)
+from kernels.checks import CUDA_GRID_YZ_MAX, check_reset, check_step, kernel_supports
 
 
 def _grid_supports(R: int, W: int) -> str | None:
-    """Why the step kernel's grid cannot take R x W beams on a GPU (None: it can)."""
-    if R * W > _GRID_Y_MAX:
+    """Why the step kernel's grid (value tiles, R x W beams, value heads) cannot take R x W beams on a GPU (None: it
+    can)."""
+    if R * W > CUDA_GRID_YZ_MAX:
         return (f"controlled_fullstate: R={R} x W={W} = {R * W} beams unsupported: the kernel's grid takes them "
-                f"on CUDA's y axis, at most {_GRID_Y_MAX}")
+                f"on CUDA's y axis, at most {CUDA_GRID_YZ_MAX}")
     return None
 
 

@@ -142,11 +142,11 @@ def test_rows_gated_at_another_tolerance_are_gated_again(tmp_path, capsys, monke
             f"results_dir={tmp_path}", "progress=false")
     assert run_sweep(cfg_of(*base)) == EXIT_OK
     first = whole(tmp_path / "smoke.csv")
-    assert {r["tolerance"] for r in first} == {"0.01"}
+    assert {r["tolerance"] for r in first} == {"0.000488"}
     capsys.readouterr()
     assert run_sweep(cfg_of(*base, "tolerance=0.05")) == EXIT_OK
     captured = capsys.readouterr()
-    assert "2 recorded row(s) of the selected cells were gated at tolerance 0.01" in captured.err
+    assert "2 recorded row(s) of the selected cells were gated at tolerance 0.000488" in captured.err
     assert "2 to run" in captured.out
     rows = whole(tmp_path / "smoke.csv")
     assert sorted(r["config_hash"] for r in rows) == sorted(r["config_hash"] for r in first)

@@ -10,6 +10,7 @@ import os
 
 import triton
 
+from kernels.checks import CUDA_GRID_YZ_MAX
 from kernels.onela.ws import WS_DEEPEST_STEP, WS_HEAD_DIMS, WS_VALUE_DIMS, ws_fuses_step, ws_launch_params
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -40,9 +41,8 @@ _PREP_DEEP_MAXNREG = 255
 _INT32_MAX = 2**31 - 1
 
 
-# CUDA's grid: y and z extents at most 65,535. The main kernel's grid is (value tiles, beam tiles, request x value
-# head), the prep kernels' (beam tiles of 16, request x key head); the ws kernel's is one axis of at most the SMs.
-_GRID_YZ_MAX = 65535
+# The main kernel's grid is (value tiles, beam tiles, request x value head), the prep kernels' (beam tiles of 16,
+# request x key head), both within CUDA_GRID_YZ_MAX on y and z; the ws kernel's is one axis of at most the SMs.
 
 
 def shape_supports(T: int, R: int = 1, W: int = 1, HV: int = 1, on_gpu: bool = True) -> str | None:
@@ -54,12 +54,12 @@ def shape_supports(T: int, R: int = 1, W: int = 1, HV: int = 1, on_gpu: bool = T
     if (3 + 2 * T) * R * HV * W > _INT32_MAX:
         return (f"onela: T={T} decode steps unsupported at R={R}, W={W}, HV={HV}: the coefficient table's "
                 f"(3 + 2T) * R * HV * W = {(3 + 2 * T) * R * HV * W} entries exceed int32 offsets ({_INT32_MAX})")
-    if on_gpu and R * HV > _GRID_YZ_MAX:
+    if on_gpu and R * HV > CUDA_GRID_YZ_MAX:
         return (f"onela: R={R} x HV={HV} = {R * HV} request heads unsupported: the main kernel's grid takes them "
-                f"on CUDA's z axis, at most {_GRID_YZ_MAX} (split the batch)")
-    if on_gpu and triton.cdiv(W, 64) > _GRID_YZ_MAX:
+                f"on CUDA's z axis, at most {CUDA_GRID_YZ_MAX} (split the batch)")
+    if on_gpu and triton.cdiv(W, 64) > CUDA_GRID_YZ_MAX:
         return (f"onela: W={W} beams unsupported: {triton.cdiv(W, 64)} beam tiles of 64 on the main kernel's grid "
-                f"y axis, at most {_GRID_YZ_MAX} (W <= {64 * _GRID_YZ_MAX})")
+                f"y axis, at most {CUDA_GRID_YZ_MAX} (W <= {64 * CUDA_GRID_YZ_MAX})")
     return None
 
 
