@@ -648,7 +648,7 @@ _CONTRACT = [(T, W, K, V, G) for T, W, (K, V), G in (
 _CONTRACT += random.Random(33).sample(
     [(T, W, K, V, G) for T in range(1, 33) for W in (1, 37, 64, 512) for K in (64, 128, 256)
      for V in (64, 128, 192, 256, 384, 512) for G in (1, 2, 3, 4, 8)], 24)
-# K = 64 at depth with W = 512: the sample's shapes there read 4.87-4.88e-4 against FP32 FullState, at the gate
+# K = 64 at depth with W = 512: the smallest key size at the deepest steps, where the error is largest (docs/design.md §2)
 _CONTRACT += [(32, 512, 64, 512, 8), (32, 512, 64, 128, 4), (24, 512, 64, 256, 8), (32, 37, 64, 512, 1),
               (28, 512, 64, 64, 8), (32, 512, 64, 384, 2)]
 
