@@ -295,10 +295,8 @@ def make_workload(geometry: Geometry | str, R: int, W: int, T: int, lineage: str
     g_ctx = torch.Generator(device=device).manual_seed(seed)
     heads = _head_params(g_ctx, geo.hv, device)
     k_ctx = torch.randn(prompt_len, R, geo.hk, geo.k, generator=g_ctx, device=device)
-    v_ctx = torch.randn(prompt_len, R, geo.hv, geo.v, generator=g_ctx, device=device)
-    v_scale = value_scale(geo)
-    if v_scale != 1.0:
-        v_ctx = v_ctx * v_scale
+    v_scale = value_scale(geo)          # 1.0 at K >= 128: x * 1.0 is exact, so those workloads are unchanged
+    v_ctx = torch.randn(prompt_len, R, geo.hv, geo.v, generator=g_ctx, device=device) * v_scale
     gg_ctx, b_ctx = _gates(g_ctx, (prompt_len, R), geo.hv, heads, device)
     s_ctx = prefill_state(k_ctx, v_ctx, gg_ctx, b_ctx).float()
     del k_ctx, v_ctx
@@ -306,8 +304,7 @@ def make_workload(geometry: Geometry | str, R: int, W: int, T: int, lineage: str
     gen = torch.Generator(device=device).manual_seed(seed * 1_000_003 + 7919 * W + 104_729 * T + 1)
     q = torch.randn(T, R, W, geo.hk, geo.k, generator=gen, device=device).to(dtype)
     k = torch.randn(T, R, W, geo.hk, geo.k, generator=gen, device=device).to(dtype)
-    v = torch.randn(T, R, W, geo.hv, geo.v, generator=gen, device=device)
-    v = (v * v_scale if v_scale != 1.0 else v).to(dtype)
+    v = (torch.randn(T, R, W, geo.hv, geo.v, generator=gen, device=device) * v_scale).to(dtype)
     g, beta = _gates(gen, (T, R, W), geo.hv, heads, device)
     parents = _lineage(lineage, gen, T, R, W, candidates, device)
     return Workload(geo, q, k, v, g, beta, parents, s_ctx, lineage=lineage, seed=seed, prompt_len=prompt_len)

@@ -43,8 +43,6 @@ _INT32_MAX = 2**31 - 1
 
 # The main kernel's grid is (value tiles, beam tiles, request x value head), the prep kernels' (beam tiles of 16,
 # request x key head), both within CUDA_GRID_YZ_MAX on y and z; the ws kernel's is one axis of at most the SMs.
-
-
 def shape_supports(T: int, R: int = 1, W: int = 1, HV: int = 1, on_gpu: bool = True) -> str | None:
     """Why the kernels cannot run a T-step decode of R requests, W beams, HV value heads (None: they can): T < 1,
     a coefficient table past int32 offsets, or, on a GPU, a launch grid past CUDA's y / z extent (R x HV request
