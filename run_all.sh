@@ -232,7 +232,7 @@ case "$cmd" in
     ensure_env
     if has_gpu; then
       load_expected results/quick
-      say "GPU found: the quick path (about 7 min on one H200 from a cold compile cache; at most 10), then the self-check"
+      say "GPU found: the quick path (about 5 min on one H200 from a cold compile cache; at most 10), then the self-check"
       setup_baselines
       new_run_dir quick
       quick_gpu
