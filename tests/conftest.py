@@ -18,6 +18,7 @@ def _pin_xdist_worker_to_a_gpu():
         except (OSError, subprocess.SubprocessError):
             return
         visible = [str(i) for i, line in enumerate(ln for ln in listed.splitlines() if ln.startswith("GPU "))]
+    os.environ["ONELA_XDIST_GPUS"] = str(len(visible))     # what the workers share (tests that need a GPU alone)
     if len(visible) > 1:
         os.environ["CUDA_VISIBLE_DEVICES"] = visible[int(worker[2:]) % len(visible)]
 

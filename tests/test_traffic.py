@@ -413,6 +413,31 @@ def test_run_cells_off_gpu_yields_each_cell_skipped_and_unchanged(tmp_path):
 needs_ncu = pytest.mark.skipif(shutil.which("ncu") is None, reason="Nsight Compute (ncu) not on PATH")
 
 
+def gpu_shared_by_workers(workers: int, gpus: int) -> str | None:
+    """Why a test that reads device-wide DRAM counters cannot run in this pytest session (None: it can). ncu counts
+    every kernel's bytes on the GPU, so pytest-xdist workers sharing it add their traffic to the count."""
+    if workers > max(gpus, 1):
+        return (f"ncu's DRAM counters are device-wide and {workers} pytest-xdist workers share {max(gpus, 1)} GPU(s): "
+                f"run this test without -n, or with -n at most the GPU count")
+    return None
+
+
+@pytest.fixture
+def gpu_to_itself():
+    reason = gpu_shared_by_workers(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")),
+                                   int(os.environ.get("ONELA_XDIST_GPUS", "1")))
+    if reason:
+        pytest.skip(reason)
+
+
+def test_device_wide_counters_skip_only_where_workers_share_a_gpu():
+    assert gpu_shared_by_workers(1, 1) is None and gpu_shared_by_workers(8, 8) is None
+    assert gpu_shared_by_workers(1, 0) is None          # no xdist: the conftest records no GPU count
+    reason = gpu_shared_by_workers(12, 1)
+    assert reason and "12 pytest-xdist workers share 1 GPU" in reason
+    assert gpu_shared_by_workers(9, 8)
+
+
 def _copy_ratios(attempt_name, tmp_path, sizes=(1 << 30, 16 << 20)):
     cal = calibrate(ATTEMPTS[attempt_name], TrafficOptions(calibrate_bytes=sizes), tmp_path)
     return cal, [(s["read_ratio"], s["write_ratio"]) for s in cal["sizes"].values()]
@@ -421,7 +446,7 @@ def _copy_ratios(attempt_name, tmp_path, sizes=(1 << 30, 16 << 20)):
 @pytest.mark.gpu
 @needs_ncu
 @pytest.mark.parametrize("attempt", ["ncu-kernel", "ncu-app-range"])
-def test_ncu_counts_a_copy_of_known_size(attempt, tmp_path):
+def test_ncu_counts_a_copy_of_known_size(attempt, tmp_path, gpu_to_itself):
     """1 GiB: the copy itself; 16 MiB: fits in L2, so its writes reach DRAM only through the drain. Both methods
     count a few MiB of writes more than the copy makes, whatever its size (H200: 3.5-3.8 MiB at 16 MiB, 2.8-3.3 MiB
     at 1 GiB in the calibrations of `results/experiments/traffic_calibration/`): the bound says so."""
@@ -434,7 +459,7 @@ def test_ncu_counts_a_copy_of_known_size(attempt, tmp_path):
 
 
 @pytest.mark.gpu
-def test_pm_sampling_counts_a_copy_of_known_size(tmp_path):
+def test_pm_sampling_counts_a_copy_of_known_size(tmp_path, gpu_to_itself):
     pytest.importorskip("cupti.pm_sampling", reason="cupti-python not installed (a fallback method)")
     cal, ratios = _copy_ratios("pm-sampling", tmp_path, sizes=(1 << 30,))
     read, write = ratios[0]
@@ -443,7 +468,7 @@ def test_pm_sampling_counts_a_copy_of_known_size(tmp_path):
 
 @pytest.mark.gpu
 @needs_ncu
-def test_fullstate_run_writes_at_least_its_states(tmp_path):
+def test_fullstate_run_writes_at_least_its_states(tmp_path, gpu_to_itself):
     """The plain-torch FullState stores a fresh fp32 state per beam every step, 256 MiB a step here (> L2):
     its counted DRAM writes must cover them, and its reads the parents' states of steps 1..T-1."""
     cell = {"suite": "traffic", "path": "reference_fullstate", "geometry": "qwen3_5_0_8b", "R": 1, "W": 256,
