@@ -115,19 +115,23 @@ def _side_tables(rerun_dir: Path, suite: str) -> list[Path]:
 
 
 def _folded_side_rows(target: Path, source: Path, hashes: set) -> tuple[list[dict], list[str]] | None:
-    """Side table `target` with the rows of `hashes` replaced (or added) by `source`'s, in target's columns;
-    None when `source` holds none of them."""
+    """Side table `target` where the rows of `hashes` are `source`'s: replaced, added, or -- where `source` has
+    none for a folded cell -- dropped, since a side row belongs to the run of its cell's row; in target's columns.
+    None when nothing changes."""
     with open(source, newline="") as f:
-        new = {r["config_hash"]: r for r in csv.DictReader(f) if r["config_hash"] in hashes}
-    if not new:
-        return None
-    old, cols = [], list(next(iter(new.values())).keys())
+        reader = csv.DictReader(f)
+        cols = list(reader.fieldnames or ())
+        new = {r["config_hash"]: r for r in reader if r["config_hash"] in hashes}
+    old = []
     if target.exists():
         with open(target, newline="") as f:
             reader = csv.DictReader(f)
             cols, old = list(reader.fieldnames or cols), list(reader)
+    if not new and not any(r["config_hash"] in hashes for r in old):
+        return None
     seen = {r["config_hash"] for r in old}
-    return [new.get(r["config_hash"], r) for r in old] + [r for h, r in new.items() if h not in seen], cols
+    kept = [new.get(r["config_hash"], r) for r in old if r["config_hash"] not in hashes or r["config_hash"] in new]
+    return kept + [r for h, r in new.items() if h not in seen], cols
 
 
 def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple[str, ...] = (),
@@ -139,7 +143,8 @@ def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple
     re-run folded before -- are left alone, so folding is idempotent and never brings an old row back. The env
     records (env/<run_id>.json, .wall.json) of every run whose rows came in are copied beside the table.
     A side table of the suite (<suite>_*.csv beside it, rows keyed by config_hash, e.g. full_model_recurrent.csv)
-    follows its rows: the re-run's side rows of every folded config_hash replace the table's.
+    follows its rows: the re-run's side rows of every folded config_hash replace the table's (none: the old side
+    row goes with its superseded row).
     Both tables are read whole (an invalid line refuses the fold, naming it; the re-run's torn last line is
     left out and noted in `notes`) and both are locked while the fold runs.
     Returns {"replaced", "added", "kept", "runs", "orphaned"}: `orphaned` names the <suite> env records (and

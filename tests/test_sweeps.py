@@ -507,7 +507,8 @@ def test_fold_rerun_replaces_cells_keeps_named_paths_and_copies_env(tmp_path):
         d.mkdir(parents=True)
     kept = "flashinfer_fullstate"
     keep = _row("h3", run_id="smoke-a") | {"path": kept}
-    write_rows(res / "smoke.csv", [_row("h1", run_id="smoke-a"), _row("h2", run_id="smoke-old"), keep])
+    write_rows(res / "smoke.csv", [_row("h1", run_id="smoke-a"), _row("h2", run_id="smoke-old"), keep,
+                                   _row("h5", run_id="smoke-old")])
     (res / "env" / "smoke-old.json").write_text("{}")
     (res / "env" / "smoke-old.traffic.json").write_text("{}")   # a side file (the traffic suite's calibrations)
     (res / "env" / "smoke-a.traffic.json").write_text("{}")     # ... of a run that keeps rows: not orphaned
@@ -516,22 +517,25 @@ def test_fold_rerun_replaces_cells_keeps_named_paths_and_copies_env(tmp_path):
     (rerun / "env" / "smoke-b.traffic.json").write_text("{}")
     write_rows(rerun / "smoke.csv", [_row("h1", latency="5.0", run_id="smoke-a"),     # a copied table's old row
                                      _row("h2", latency="2.0", run_id="smoke-b"), _row("h4", run_id="smoke-b"),
-                                     _row("h3", latency="7.0", run_id="smoke-b") | {"path": kept}])
-    H = {h: _hash(h) for h in ("h1", "h2", "h3", "h4", "h9")}
-    (res / "smoke_side.csv").write_text(f"config_hash,x\n{H['h1']},old\n{H['h2']},old\n{H['h3']},old\n")
+                                     _row("h3", latency="7.0", run_id="smoke-b") | {"path": kept},
+                                     _row("h5", run_id="smoke-b")])
+    H = {h: _hash(h) for h in ("h1", "h2", "h3", "h4", "h5", "h9")}
+    (res / "smoke_side.csv").write_text(f"config_hash,x\n{H['h1']},old\n{H['h2']},old\n{H['h3']},old\n"
+                                        f"{H['h5']},old\n")
     (rerun / "smoke_side.csv").write_text(f"config_hash,x\n{H['h2']},new\n{H['h3']},new\n{H['h4']},new\n"
                                           f"{H['h9']},stray\n")
     e = {**os.environ, "PYTHONPATH": str(REPO)}
     p = subprocess.run([sys.executable, "-m", "sweeps.merge", "suite=smoke", f"results_dir={res}",
                         f"from={rerun}", f"keep_paths={kept}"], env=e, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
-    with open(res / "smoke_side.csv", newline="") as f:    # folded cells' side rows follow; kept / stray do not
+    # folded cells' side rows follow (h5's re-run has none: its old side row goes); kept / stray ones do not
+    with open(res / "smoke_side.csv", newline="") as f:
         assert [(r["config_hash"], r["x"]) for r in csv.DictReader(f)] == \
             [(H["h1"], "old"), (H["h2"], "new"), (H["h3"], "old"), (H["h4"], "new")]
-    assert f"1 row(s) replaced, 1 added, 1 of ['{kept}'] left" in p.stdout
+    assert f"2 row(s) replaced, 1 added, 1 of ['{kept}'] left" in p.stdout
     assert "no row left: ['smoke-old.json', 'smoke-old.traffic.json']" in p.stdout
     rows = {r["config_hash"]: r for r in read_rows(res / "smoke.csv")}
-    assert [rows[H[h]]["latency_ms"] for h in ("h1", "h2", "h3", "h4")] == ["1.0", "2.0", "1.0", "1.0"]
+    assert [rows[H[h]]["latency_ms"] for h in ("h1", "h2", "h3", "h4", "h5")] == ["1.0", "2.0", "1.0", "1.0", "1.0"]
     assert sorted(f.name for f in (res / "env").iterdir()) == [
         "smoke-a.traffic.json", "smoke-b.json", "smoke-b.traffic.json", "smoke-b.wall.json", "smoke-old.json",
         "smoke-old.traffic.json"]
@@ -594,3 +598,23 @@ def test_gpu_recurrent_path_cells_are_timed_with_floors(tmp_path):
     env = json.loads(env_file.read_text())
     assert env["ceilings"]["copy_bytes_per_s"] > 1e11 and env["gpu"] == torch.cuda.get_device_name()
     assert OmegaConf.create(env["config"]).suite.name == "recurrent_path"
+
+
+def test_committed_side_rows_belong_to_their_cells_runs():
+    """Every row of a committed side table (beam_scaling_steps.csv, beam_scaling_width.csv, full_model_recurrent.csv)
+    has its cell's row in the suite's table, from the same run: a side row left behind by a superseded run fails."""
+    from sweeps.tables import _side_tables
+    results = REPO / "results"
+    checked = 0
+    for suite in ("beam_scaling", "full_model", "operator", "recurrent_path", "traffic"):
+        if not (results / f"{suite}.csv").exists():
+            continue
+        with open(results / f"{suite}.csv", newline="") as f:
+            run_of = {r["config_hash"]: r["run_id"] for r in csv.DictReader(f)}
+        for side in _side_tables(results, suite):
+            with open(side, newline="") as f:
+                for line, r in enumerate(csv.DictReader(f), start=2):
+                    assert run_of.get(r["config_hash"]) == r["run_id"], \
+                        f"{side.name}:{line}: run {r['run_id']}, its cell's row: {run_of.get(r['config_hash'])}"
+                    checked += 1
+    assert checked >= 100
