@@ -61,7 +61,7 @@ def summarize(samples_ms: Sequence[float], stats: str = "torch") -> tuple[float,
     if not len(samples_ms):
         raise ValueError("no samples to summarize")
     if stats == "torch":
-        times = torch.tensor(list(samples_ms))      # float32, as the recorded rows were summarized
+        times = torch.tensor(list(samples_ms))      # float32: the committed rows' convention
         p20, p80 = (float(x) for x in torch.quantile(times, torch.tensor([0.2, 0.8])))
         return float(times.median()), p20, p80
     if stats == "statistics":

@@ -26,7 +26,7 @@ class OneLA:
     Args:
         num_requests (R), beam_width (W), max_steps (T): the decode's shape; at most T steps follow a reset.
         num_k_heads (HK), num_v_heads (HV), head_k_dim (K), head_v_dim (V): the layer's geometry; HV is a
-            multiple of HK; K a power of two in 16..256, V a power of two in 16..512.
+            multiple of HK; K and V any multiple of 16 in 16..512.
         device: a CUDA device (or the CPU under ``TRITON_INTERPRET=1``, for tests).
 
     Inputs of `step` (one decode step, every beam):

@@ -27,7 +27,7 @@ _MAX_BEAM_ITERS = 8      # beam tiles one main-kernel program runs, at most
 # 18.5 s at step 31; 8.6 s at step 8 of an 8-head group). Past step _PREP_UNROLL_STEPS or past _PREP_UNROLL_MAX
 # columns the depth-tiled kernel runs instead -- one compile for every deep step (2.4 s at K = 128, 14 s for an
 # 8-head group) -- which leaves every step of the suites' shapes (T <= 6, G <= 4: at most 20 columns) and the
-# depth sweep's steps up to 16 in the unrolled form they were timed in.
+# depth sweep's steps up to 16 in the unrolled form.
 _PREP_UNROLL_STEPS = 16
 _PREP_UNROLL_MAX = 20
 # The depth-tiled kernel's tile: the widest that compiles for sm_90a without spills (8 at K <= 128, 4 at K = 256:

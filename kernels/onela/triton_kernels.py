@@ -1,7 +1,9 @@
 """OneLA's decode step in Triton: a key-axis prep kernel and the shared-context main kernel (paper §3.4).
 
-These run wherever the warp-specialised kernel (`kernels/onela/ws.py`) does not: K = 256, V not a multiple of
-128, W not a multiple of 64, inputs that are not bf16 rows, GPUs other than Hopper, and the CPU interpreter.
+These run wherever the warp-specialised kernel (`kernels/onela/ws.py`) does not: K other than 128 or 256, V other
+than 128, 256 or 512, W not a multiple of 64, steps past 31, inputs that are not bf16 rows, GPUs other than Hopper,
+and the CPU interpreter. The prep kernel also runs before the warp-specialised one at steps past 7, and past step 1
+where a key head has more than two value heads (`kernels/onela/plan.py`).
 
 - `onela_prep_kernel`, once per (request, key head, beam tile): everything on the key axis and every per-beam
   scalar -- L2 norms (with the K^-1/2 scale), k-hat_t and alpha_t = exp(g) of the new GTR, beam b's ancestry row

@@ -46,7 +46,7 @@ same for every chunk and formed again by each, and chunk 0 alone writes the alph
 ancestry rows. q, k, v must be bf16 [R, W, H, D] rows, dense within a row and evenly spaced (also views into the
 model's conv output), out contiguous (`ws_layout_supports`). S_ctx is read as its bf16 rounding from a copy made
 at reset (the stepper keeps the fp32 state for the Triton fallback) -- the projection the K = 128 Triton kernels
-use; at K = 256 they also take S's bf16 lo plane for u_q, which was faster there, not more accurate
+use; at K = 256 they also take S's bf16 lo plane for u_q, which is faster there, not more accurate
 (kernels/NOTES.md, "Projection precision"). The interpreter does not run Gluon: its correctness tests are GPU
 tests; CI compiles it for sm_90a through `tools.inspect`. Why each choice: kernels/NOTES.md ("Warp-specialised
 kernel").
@@ -617,7 +617,7 @@ _OWN_KHAT_MAX_STEP = 1   # one-launch steps <= this store k-hat_t through a buff
                          # K = 128 only: at K = 256 the 32 KB record goes through the o_t / delta_t staging buffers)
 _MAXNREG = 168           # 168 x 12 warps fills one SM's register file
 _SMEM_PER_BLOCK = 232448  # sm_90's dynamic shared memory per block
-_RING_MAX = 5            # ring entries at most: at K = 128 a deeper ring was no faster
+_RING_MAX = 5            # ring entries at most: at K = 128 a deeper ring is no faster
 _SMEM_SLACK = 1024       # the barriers and the compiler's scratch beside the buffers the kernel allocates
 
 
