@@ -23,7 +23,6 @@ from typing import Iterator
 
 import torch
 
-from artifact.launch_floor import launch_floor_ms, step_bytes
 from artifact.measure import (check_and_time, cuda_context_alive, floor_ms, free_device_memory, gate_note,
                               path_tolerance)
 from artifact.paths import get_path
@@ -170,6 +169,9 @@ def _launch_floor(row: dict, cost: dict, wl, ctx) -> None:
         return
     if not row.get("floor_ms", math.inf) <= LAUNCH_FLOOR_MAX_FLOOR_MS:
         return
+    # imported here: it defines a Triton kernel, and this module is imported with the sweep's configs, before a
+    # CPU run sets TRITON_INTERPRET
+    from artifact.launch_floor import launch_floor_ms, step_bytes
     t0 = time.monotonic()
     try:
         steps = step_bytes(cost, wl.T)

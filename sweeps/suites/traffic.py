@@ -45,7 +45,11 @@ import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from sweeps.suites.traffic_child import DRAIN_KERNEL, METRICS    # the drain kernel is recognised by name
+# The counters the child collects, and the name of its L2 drain kernel (`traffic_child._l2_read_kernel`), by which
+# the runner tells the drain from the run's kernels. Defined here, not in the child: this module is imported with
+# the sweep's configs, before a CPU run sets TRITON_INTERPRET, and so must not import triton.
+METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
+DRAIN_KERNEL = "_l2_read_kernel"
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_MODULE = "sweeps.suites.traffic_child"
