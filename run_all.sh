@@ -223,7 +223,9 @@ case "$cmd" in
   check)
     ensure_env; check "${2:-results}"; finish ;;
   gpu-suites)
-    ensure_env; load_expected results
+    ensure_env
+    has_gpu || { say "gpu-suites runs the suites on a CUDA GPU and this host has none (./run_all.sh smoke runs the CPU suite)"; exit 2; }
+    load_expected results
     RUN_DIR=${2:-${ONELA_RUN_DIR:-outputs/reproduce/$STAMP}}; [ -z "$DRY" ] && mkdir -p "$RUN_DIR"
     setup_baselines
     gpu_suites; finish

@@ -288,7 +288,7 @@ def expected_time(results_dir: Path, suite: str) -> str:
         return "not measured"
     mins = secs / 60
     text = f"{mins:.0f} min" if mins >= 10 else f"{mins:.1f} min"
-    return text if covered == rows else f"{text} for {covered} of {rows} cells; the rest's run kept no wall record"
+    return text if covered == rows else f"{text} for {covered} of {rows} cells (the rest: no wall record)"
 
 
 def claims(res: Results) -> list[str]:
