@@ -161,6 +161,13 @@ def run_cell(cell: dict, wl, ref, ctx: RunContext, path=None) -> dict:
     return row
 
 
+def launch_floor_ms(steps, warmup_ms: float, rep_ms: float, device) -> float:
+    """artifact.launch_floor.launch_floor_ms, imported on first use: that module defines a Triton kernel, and this
+    one is imported with the sweep's configs, before a CPU run sets TRITON_INTERPRET."""
+    from artifact.launch_floor import launch_floor_ms as measure
+    return measure(steps, warmup_ms, rep_ms, device)
+
+
 def _launch_floor(row: dict, cost: dict, wl, ctx) -> None:
     """Fill launch_floor_ms of a timed row (a finite latency, on a GPU, floor_ms <= LAUNCH_FLOOR_MAX_FLOOR_MS) from
     its cost model's per-step bytes, with the cell's timer settings. A floor that cannot be measured leaves the column empty and says why in the
@@ -169,9 +176,7 @@ def _launch_floor(row: dict, cost: dict, wl, ctx) -> None:
         return
     if not row.get("floor_ms", math.inf) <= LAUNCH_FLOOR_MAX_FLOOR_MS:
         return
-    # imported here: it defines a Triton kernel, and this module is imported with the sweep's configs, before a
-    # CPU run sets TRITON_INTERPRET
-    from artifact.launch_floor import launch_floor_ms, step_bytes
+    from artifact.launch_floor import step_bytes     # imported on use: see launch_floor_ms
     t0 = time.monotonic()
     try:
         steps = step_bytes(cost, wl.T)
