@@ -618,3 +618,13 @@ def test_committed_side_rows_belong_to_their_cells_runs():
                         f"{side.name}:{line}: run {r['run_id']}, its cell's row: {run_of.get(r['config_hash'])}"
                     checked += 1
     assert checked >= 100
+
+
+def test_the_sweep_configs_import_no_triton():
+    """`sweeps.run` sets TRITON_INTERPRET on a CPU host only after composing its configs, and Triton fixes compile
+    or interpret when a kernel is defined: importing the configs (and with them every runner) must not import
+    triton, or every Triton path of a hand-run CPU sweep fails."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    code = "import sys, sweeps.schema, sweeps.run; sys.exit('triton' in sys.modules)"
+    p = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr or "importing the sweep's configs imported triton"

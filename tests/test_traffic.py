@@ -9,9 +9,7 @@ import math
 import os
 import shutil
 import stat
-import subprocess
 import sys
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -488,14 +486,6 @@ def test_fullstate_run_writes_at_least_its_states(tmp_path, gpu_to_itself):
     assert os.path.exists(tmp_path / "traffic" / "gpu" / "gpu_fullstate.json")
 
 
-def test_the_sweep_configs_import_no_triton_and_the_drain_kernel_has_its_name():
-    """`sweeps.run` sets TRITON_INTERPRET on a CPU host only after composing its configs, and Triton fixes compile
-    or interpret when a kernel is defined: importing the configs (and with them this runner) must not import
-    triton, or every Triton path of a hand-run CPU sweep fails. The child's drain kernel keeps the runner's name."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    code = "import sys, sweeps.schema, sweeps.run; sys.exit('triton' in sys.modules)"
-    p = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1], env=env,
-                       capture_output=True, text=True)
-    assert p.returncode == 0, p.stderr or "importing the sweep's configs imported triton"
+def test_the_drain_kernel_has_the_name_the_runner_looks_for():
     from sweeps.suites import traffic_child
     assert getattr(traffic_child._l2_read_kernel, "fn", traffic_child._l2_read_kernel).__name__ == DRAIN_KERNEL
