@@ -421,7 +421,7 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     depth-tiled prep kernel, past step 31 the Triton main kernel take over within the decode, within the same
     gate."""
     from kernels.onela.plan import prep_is_deep
-    from kernels.onela.ws import WS_DEEPEST_STEP, ws_fuses_step
+    from kernels.onela.ws import ws_fuses_step, ws_runs_step
     wl = make_workload(name, R, W, T, lineage="beam", seed=5, device="cuda")
     ref = fullstate_decode(wl)
     base, _ = _graph_replays({"ws": False}, wl, 1)      # the Triton kernels
@@ -429,7 +429,7 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     want = {"ws_step"}
     for t in range(T):
         if not ws_fuses_step(wl.geometry, t):
-            want |= {"ws_main" if t <= WS_DEEPEST_STEP else "main",
+            want |= {"ws_main" if ws_runs_step(wl.geometry, t) else "main",
                      "prep_deep" if prep_is_deep(t, wl.geometry.group) else "prep"}
     assert set(st.kernel_info) == want, st.kernel_info
     assert max_abs_err(replays[0], ref) <= DEFAULT_TOLERANCE
@@ -455,13 +455,17 @@ def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups()
     buffer of its own (one ring entry fewer) at the one-launch steps 0-1; at K = 256 (gdn_1_3b) one q, k stage and
     a [128, 256] S tile leave the ring 3 entries in one launch and 4 after the prep kernel, and k-hat_t goes
     through the o_t / delta_t staging buffers. Past step 16 (20 / G in a group of G) the prep kernel takes the
-    depth axis in tiles of 8 columns (4 at K = 256); past step 31 the Triton main kernel runs."""
+    depth axis in tiles of 8 columns (4 at K = 256); past step 31 the Triton main kernel runs, and at K = 128 it
+    runs after the prep kernel past step 5 (the ws kernel's unrolled replay spills there)."""
     for geometry, one_launch in (("qwen3_5_0_8b", range(8)), ("qwen3_5_397b", (0, 1)), ("gdn_1_3b", range(8))):
         geo = GEOMETRIES[geometry]
         cfg = launch_config(geo.k, geo.v, 512, 4, geo.hv, 132, geo.group)
         for t in list(range(10)) + [31]:        # past step 7 the one-launch kernel's shared memory would not fit
             launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
             prep = "prep_deep" if t > 16 or t * geo.group > 20 else "prep"
+            if t not in one_launch and geo.k == 128 and t > 5:     # K = 128 after the prep kernel: Triton main
+                assert sorted(launches) == ["main", prep], (geometry, t)
+                continue
             assert sorted(launches) == (["ws"] if t in one_launch else [prep, "ws"]), (geometry, t)
             const = launches["ws"][1]
             nr = (4 if t <= 1 else 5) if geo.k == 128 else (3 if t in one_launch else 4)

@@ -37,8 +37,9 @@ class OneLA:
     Returns o: ``[R, W, HV, V]`` in the input dtype (or written into ``out``).
 
     On Hopper with K = 128 or 256, V = 128, 256 or 512, W a multiple of 64 and bf16 inputs each step is one launch
-    of a warp-specialised kernel (two at deep steps: past step 7, or past step 1 when HV > 2 HK); elsewhere, and
-    past step 31, two Triton launches. Any number of steps (``max_steps``) is taken, up to int32 offsets into the
+    of a warp-specialised kernel (after a Triton prep kernel at deeper steps: past step 7, or past step 1 when
+    HV > 2 HK); elsewhere, past step 31, and at K = 128 past step 5 where the prep kernel runs, two Triton
+    launches. Any number of steps (``max_steps``) is taken, up to int32 offsets into the
     per-step coefficient table: (3 + 2T) R HV W < 2**31; on a GPU, R x HV and W / 64 up to CUDA's grid extent
     of 65,535 (the constructor names a shape past either). Every step is CUDA-graph capturable.
 

@@ -11,7 +11,7 @@ import os
 import triton
 
 from kernels.checks import CUDA_GRID_YZ_MAX
-from kernels.onela.ws import WS_DEEPEST_STEP, WS_HEAD_DIMS, WS_VALUE_DIMS, ws_fuses_step, ws_launch_params
+from kernels.onela.ws import WS_HEAD_DIMS, WS_VALUE_DIMS, ws_fuses_step, ws_launch_params, ws_runs_step
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
 
@@ -108,10 +108,11 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
     """Kernel name -> (grid, constexpr arguments, launch options) of step t under launch config `cfg`: "prep" and
     "main" (the Triton kernels; step 0 "main" alone under fuse_step0), or where `ws_ok` (the warp-specialised
     kernel takes this shape and these inputs) "ws" -- alone when it does the whole step, after "prep" otherwise.
-    Steps past WS_DEEPEST_STEP run the Triton kernels. Where `prep_is_deep` the prep launch is "prep_deep" (the
+    Steps `ws_runs_step` leaves out (past step 31; at K = 128 past step 5 after the prep kernel) run the Triton
+    kernels. Where `prep_is_deep` the prep launch is "prep_deep" (the
     depth-tiled kernel, the step a run-time argument)."""
     pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
-    if ws_ok and cfg["ws"] and not interpret and t <= WS_DEEPEST_STEP:    # the interpreter runs no Gluon
+    if ws_ok and cfg["ws"] and not interpret and ws_runs_step(geo, t):     # the interpreter runs no Gluon
         fuse = ws_fuses_step(geo, t)
         grid, const, opts = ws_launch_params(geo, R, W, t, fuse, n_sm)
         ws = {"ws": (grid, const, {**opts, "launch_pdl": bool(pdl)})}

@@ -39,7 +39,8 @@ run-time loop that loads each depth's coefficients a depth ahead, and the produc
 Applies on Hopper where K is 128 or 256 (WS_HEAD_DIMS), V is 128, 256 or 512 (WS_VALUE_DIMS) and W a multiple of
 the 64-beam tile (`ws_shape_supports`; no partial tiles: the TMA boxes are 2-D over [R * W, H * D] views), at steps
 up to WS_DEEPEST_STEP (31): the producer holds a beam tile's ancestry rows as [64, TP] register tiles and unrolls
-its gathers over the depths, so deeper steps run the Triton prep + main kernels, which loop over the depth. A
+its gathers over the depths, so deeper steps run the Triton prep + main kernels, which loop over the depth
+(`ws_runs_step`; at K = 128 also every step past 5 that follows the prep kernel). A
 value head of V > 128 runs as V / 128 chunks of 128 value columns, each with its own tiles as if it were a value
 head: its own S rows, v, delta and o columns; the key axis (q, k, the ancestral k-hat rows and their dots) is the
 same for every chunk and formed again by each, and chunk 0 alone writes the alpha_t / k-hat_t records and the
@@ -613,6 +614,11 @@ ONE_LAUNCH_DEEPEST_STEP = 7
 # as [64, TP] tiles and unrolls its gathers over the depths, so registers grow with the step; deeper steps run the
 # Triton prep + main kernels (`kernels.onela.plan.step_launches`), whose registers do not.
 WS_DEEPEST_STEP = 31
+# After the prep kernel at K = 128 the consumer's replay is unrolled over the depths and spills from step 6 on (86-96
+# of its 168 registers at steps 8-9), where the Triton main kernel, whose replay is a run-time loop, is faster; at
+# K = 256 the consumer's replay is a run-time loop and this kernel stays the faster one (kernels/NOTES.md, "Deep
+# steps: which kernel after the prep kernel").
+WS_MAIN_DEEPEST_STEP_K128 = 5
 _OWN_KHAT_MAX_STEP = 1   # one-launch steps <= this store k-hat_t through a buffer of their own (ring one shorter;
                          # K = 128 only: at K = 256 the 32 KB record goes through the o_t / delta_t staging buffers)
 _MAXNREG = 168           # 168 x 12 warps fills one SM's register file
@@ -626,6 +632,15 @@ def ws_fuses_step(geo, t: int) -> bool:
     key head has at most two value heads, and while the replay is shallow where it has more (the one-launch kernel
     gathers each key head's k-hat rows once per value head); never past ONE_LAUNCH_DEEPEST_STEP."""
     return (geo.group <= 2 or t <= ONE_LAUNCH_MAX_STEP) and t <= ONE_LAUNCH_DEEPEST_STEP
+
+
+def ws_runs_step(geo, t: int) -> bool:
+    """Whether this kernel runs step t of a shape it supports (in either form), else the Triton main kernel after
+    the prep kernel: never past WS_DEEPEST_STEP, and after the prep kernel at K = 128 not past
+    WS_MAIN_DEEPEST_STEP_K128."""
+    if t > WS_DEEPEST_STEP:
+        return False
+    return ws_fuses_step(geo, t) or geo.k > KC_TILE or t <= WS_MAIN_DEEPEST_STEP_K128
 
 
 def _ws_tiles(geo, R: int, W: int) -> int:
