@@ -450,14 +450,16 @@ def _as_conv_split(q, k, v):
 
 def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups():
     """The warp-specialised kernel does the whole step in one launch where a key head has at most two value heads;
-    where it has more (G = 4: qwen3_5_397b), at steps 0-1 only, the prep kernel then it at the deeper steps; and
+    where it has more (G = 4: qwen3_5_397b), at steps 0-1 only, the prep kernel then it at the deeper steps (at
+    K = 256 step 0 alone where a value head runs as four chunks: gdn_1_3b, V = 512); and
     nowhere past step 7, where the one-launch kernel's shared memory would exceed sm_90's. At K = 128 a k-hat_t
     buffer of its own (one ring entry fewer) at the one-launch steps 0-1; at K = 256 (gdn_1_3b) one q, k stage and
     a [128, 256] S tile leave the ring 3 entries in one launch and 4 after the prep kernel, and k-hat_t goes
     through the o_t / delta_t staging buffers. Past step 16 (20 / G in a group of G) the prep kernel takes the
     depth axis in tiles of 8 columns (4 at K = 256); past step 31 the Triton main kernel runs, and at K = 128 it
     runs after the prep kernel past step 5 (the ws kernel's unrolled replay spills there)."""
-    for geometry, one_launch in (("qwen3_5_0_8b", range(8)), ("qwen3_5_397b", (0, 1)), ("gdn_1_3b", range(8))):
+    for geometry, one_launch in (("qwen3_5_0_8b", range(8)), ("qwen3_5_397b", (0, 1)), ("gdn_1_3b", (0,)),
+                                 ("range_k256_v256", range(8)), ("range_hk4_hv16", (0, 1))):
         geo = GEOMETRIES[geometry]
         cfg = launch_config(geo.k, geo.v, 512, 4, geo.hv, 132, geo.group)
         for t in list(range(10)) + [31]:        # past step 7 the one-launch kernel's shared memory would not fit

@@ -469,7 +469,7 @@ def _consumer(descs, bufs, bars, ptrs, dims, G: gl.constexpr, STEP: gl.constexpr
                 u_q += cq[:, None] * d_j
                 u_k += ck[:, None] * d_j
         elif K == KC:
-            for j in gl.static_range(STEP):     # after the prep kernel (G > 2): unrolled
+            for j in gl.static_range(STEP):     # after the prep kernel at K = 128 (steps 2-5): unrolled
                 cq = gl.load(cbase + (3 + 2 * j) * plane)
                 ck = gl.load(cbase + (4 + 2 * j) * plane)
                 d_j, cnt = _ring_take(ring, ring_ready, ring_empty, cnt, mma, NR)
@@ -604,7 +604,7 @@ def _desc(x2d: torch.Tensor, block):
 
 
 # Tuning constants of the adopted kernel (kernels/NOTES.md, "Warp-specialised kernel"):
-ONE_LAUNCH_MAX_STEP = 1  # G > 2: steps <= this run the one-launch kernel, later ones the prep kernel + this one
+ONE_LAUNCH_MAX_STEP = 1  # K = 128, a key axis formed more than twice (`ws_fuses_step`): the one-launch steps
 # The one-launch kernel keeps every depth's replay coefficients in shared memory ([6 TPC, 64] fp32, TPC = the next
 # power of two above the step): from step 8 (TPC 16) they take 24 KB, which the ring pays for (at K = 128 its
 # 5 entries would need 242,620 bytes, over sm_90's 232,448 per block), so deeper steps run the prep kernel + this
@@ -628,10 +628,15 @@ _SMEM_SLACK = 1024       # the barriers and the compiler's scratch beside the bu
 
 
 def ws_fuses_step(geo, t: int) -> bool:
-    """Whether step t runs as one launch of the warp-specialised kernel (else after the Triton prep kernel): where a
-    key head has at most two value heads, and while the replay is shallow where it has more (the one-launch kernel
-    gathers each key head's k-hat rows once per value head); never past ONE_LAUNCH_DEEPEST_STEP."""
-    return (geo.group <= 2 or t <= ONE_LAUNCH_MAX_STEP) and t <= ONE_LAUNCH_DEEPEST_STEP
+    """Whether step t runs as one launch of the warp-specialised kernel (else after the Triton prep kernel). The
+    one-launch kernel forms a key head's key axis (its ancestral k-hat rows and their dots) once per value head and
+    value chunk: where that is at most twice, at every step up to ONE_LAUNCH_DEEPEST_STEP; where it is more (a key
+    head of more than two value heads, or of one value head in four chunks at V = 512), only while the replay is
+    shallow -- up to ONE_LAUNCH_MAX_STEP at K = 128, at step 0 alone at K = 256, where each k-hat row is twice the
+    bytes (gdn_1_3b, R=4 W=512: steps 1-6 after the prep kernel 35.7-69.2 us against 40.7-90.9 in one launch)."""
+    if geo.group * (geo.v // VC_TILE) > 2:
+        return t <= (ONE_LAUNCH_MAX_STEP if geo.k == KC_TILE else 0)
+    return t <= ONE_LAUNCH_DEEPEST_STEP
 
 
 def ws_runs_step(geo, t: int) -> bool:
