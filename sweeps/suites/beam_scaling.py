@@ -31,6 +31,7 @@ from typing import Iterator, Optional
 
 import torch
 
+from artifact.cost import token_input_bytes
 from artifact.limits import device_free_bytes
 from artifact.measure import check_and_time_steps, floor_ms, free_device_memory, path_tolerance
 from artifact.paths import get_path, make_stepper
@@ -134,7 +135,7 @@ def byte_model(path: str, geo: Geometry, R: int, T: int, device, multiple: int) 
 def harness_bytes(geo: Geometry, R: int, W: int, T: int, elem: int = 2) -> int:
     """Bytes the measurement keeps beside a path: the workload and its scrambled copy (artifact.measure's capture
     inputs), the path's output (input dtype) and the FP32 reference output."""
-    inputs = T * R * W * ((2 * geo.hk * geo.k + geo.hv * geo.v) * elem + 2 * geo.hv * 4 + 4) + R * geo.state_bytes
+    inputs = T * R * W * (token_input_bytes(geo, elem) + 4) + R * geo.state_bytes      # + the int32 parents
     out = T * R * W * geo.hv * geo.v
     return 2 * inputs + out * elem + out * 4
 
