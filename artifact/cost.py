@@ -156,7 +156,7 @@ class ProjectionReplay(Algorithm):
     """OneLA's algorithm (paper §3.2): the shared S_ctx, the GTR store and the ancestry index, no per-beam state.
     Each step reads every beam's inputs and parent index, S_ctx once per request and every *distinct* ancestral
     record its live beams replay (a record several beams share is one read), and writes o (input dtype), the new
-    GTRs and its ancestry rows (t int32 per beam: the table h_{t+1}'s new depth and the rows it copies)."""
+    GTRs and its ancestry rows (2t int32 per beam at step t)."""
 
     rate: str = FP32
     name = "projection_replay"
