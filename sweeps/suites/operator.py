@@ -177,8 +177,8 @@ def _launch_floor(row: dict, cost: dict, wl, ctx) -> None:
     if not row.get("floor_ms", math.inf) <= LAUNCH_FLOOR_MAX_FLOOR_MS:
         return
     t0 = time.monotonic()
-    steps = cost["step_bytes"]
     try:
+        steps = cost["step_bytes"]
         try:
             value = launch_floor_ms(steps, ctx.warmup_ms, ctx.rep_ms, wl.device)
         except torch.cuda.OutOfMemoryError:
