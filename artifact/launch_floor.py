@@ -8,9 +8,8 @@ captured in one CUDA graph and timed by the cell's own timer (artifact.timing.ti
 and repetition settings: the same replays, the same L2 flush before each), so latency / launch_floor_ms compares
 like with like. It is a floor of a one-launch-per-step kernel that does nothing but stream its bytes at copy speed.
 
-The per-step bytes come from the path's cost model (`step_bytes`): the model's own `step_bytes` where it gives
-them (OneLA's `onela_cost`, every FullState path's `fullstate_cost`, the ReplaySSM costs), else its
-`compulsory_bytes` split evenly over the T steps. A launch copies int32 elements (`plan_stream`): ceil(bytes / 8)
+The per-step bytes are the `step_bytes` of the path's cost model (artifact.cost, which gives every algorithm's
+bytes step by step). A launch copies int32 elements (`plan_stream`): ceil(bytes / 8)
 each way, in slices laid one after another in one source and one destination buffer, so no launch reads what
 an earlier launch of the same replay left in L2. Past RING_BYTES per buffer the slices wrap to the start: a slice
 wraps only when it does not fit in what is left of the ring, so the launches since the start of the ring have
@@ -49,23 +48,6 @@ def stream_copy(src: torch.Tensor, dst: torch.Tensor) -> None:
     """One launch of the streaming copy kernel: dst[:] = src[:] (contiguous int32 tensors of one length)."""
     n = src.numel()
     _stream_kernel[(triton.cdiv(n, STREAM_BLOCK),)](src, dst, n, BLOCK=STREAM_BLOCK, num_warps=4)
-
-
-def step_bytes(cost: dict, T: int) -> list[int]:
-    """Compulsory bytes of each of the T steps from a path's cost model (artifact.paths.DecodePath.cost): its
-    `step_bytes` when it gives them (they add up to its `compulsory_bytes`), else `compulsory_bytes` split
-    evenly over the steps (the first `total % T` steps take one byte more, so the split adds up exactly)."""
-    if T < 1:
-        raise ValueError(f"step_bytes: T={T} < 1")
-    total = int(cost["compulsory_bytes"])
-    given = cost.get("step_bytes")
-    if given is not None:
-        steps = [int(b) for b in given]
-        if len(steps) != T or sum(steps) != total:
-            raise ValueError(f"cost step_bytes {steps} are not {T} steps adding up to compulsory_bytes {total}")
-        return steps
-    base, extra = divmod(total, T)
-    return [base + (t < extra) for t in range(T)]
 
 
 def cache_key(steps: Sequence[int], warmup_ms: float, rep_ms: float, device) -> tuple:

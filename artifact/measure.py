@@ -15,11 +15,10 @@ from dataclasses import dataclass, field
 
 import torch
 
+from artifact.limits import DEFAULT_TOLERANCE
 from artifact.timing import (EAGER_REPLAY, GRAPH_REPLAY, Timing, capture_graph, time_replay, time_sequence,
                              warm_up)
 from artifact.workload import Workload
-
-DEFAULT_TOLERANCE = 4.88e-4   # the paper's max |o - o_fp32| over its 405 shapes (2^-11)
 
 
 @dataclass
@@ -198,14 +197,6 @@ def check_and_time_steps(path, wl: Workload, ref: torch.Tensor, tolerance: float
         return StepsResult("ok", "", err, timer="not timed")
     steps = time_sequence([g.replay for g in graphs], repeats, warmup)
     return StepsResult("ok", "", err, steps, steps[0].timer)
-
-
-def device_free_bytes(device) -> int:
-    """Bytes a new allocation can get on `device` now: the driver's free memory plus the blocks PyTorch's
-    caching allocator holds but no tensor uses (mem_get_info alone counts those as taken)."""
-    dev = torch.device(device)
-    free, _ = torch.cuda.mem_get_info(dev)
-    return int(free + torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev))
 
 
 def free_device_memory(device) -> None:

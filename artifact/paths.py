@@ -5,6 +5,7 @@ A path is one way of running all T decode steps of a workload, OneLA and every b
     prepare(wl)                                             allocate persistent state; never timed
     run(wl) -> o [T, R, W, HV, V]                           all T steps incl. beam-state maintenance; timed
     persistent_bytes(), written_bytes()                     from the tensors the path really keeps / stores
+    cost(wl)                                                the cost model of the path's `algorithm` (artifact.cost)
 `run` must read every input from `wl`'s tensors on each call (the timer captures it in a CUDA graph once
 and replays it after copying fresh inputs into those tensors), and must not synchronise with the host.
 """
@@ -16,6 +17,8 @@ import importlib
 import operator
 
 import torch
+
+from artifact.cost import Algorithm
 
 # name -> "module:Class". The only place a path is registered; modules are imported on first use, so a
 # path whose framework is missing still lists, and reports the reason through supports().
@@ -43,6 +46,10 @@ PATHS: dict[str, str] = {
 class DecodePath(abc.ABC):
     name: str = ""
     capturable: bool = True   # whether run() can be captured in a CUDA graph
+    # What the path computes, an artifact.cost algorithm (FullState with the state copies its maintenance pays,
+    # ProjectionReplay, RecordReplay, TokenReplay, each with the matrix rate of its arithmetic): its cost() and so
+    # every floor, FLOP count and arithmetic intensity of its rows. None: the path does not model itself.
+    algorithm: Algorithm | None = None
 
     def supports(self, geometry, shape, device) -> str | None:
         """None if this path can run the cell, else the reason it cannot (recorded as a skip)."""
@@ -65,12 +72,12 @@ class DecodePath(abc.ABC):
         return 0
 
     def cost(self, wl) -> dict | None:
-        """Roofline inputs of this path's algorithm on `wl`: {"compulsory_bytes", "flops", "rate"} where rate is
-        the ceiling key of its arithmetic ("fp32_flop_per_s", "tf32_flop_per_s", "bf16_flop_per_s"), and
-        optionally "step_bytes", the compulsory bytes of each of the T steps (they add up to compulsory_bytes;
-        without them the launch floor splits the total evenly, artifact.launch_floor.step_bytes); None if the
-        path does not model itself."""
-        return None
+        """Roofline inputs of this path's algorithm on `wl` (artifact.cost: {"compulsory_bytes", "step_bytes",
+        "flops", "step_flops", "rate"}); a ReplaySSM path's `replay_tail_len` prompt-tail tokens included. None if
+        the path declares no algorithm."""
+        if self.algorithm is None:
+            return None
+        return self.algorithm.cost(wl, tail_len=getattr(self, "replay_tail_len", 0))
 
 
 class UnavailablePath(DecodePath):

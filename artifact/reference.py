@@ -12,6 +12,7 @@ import torch
 
 from artifact.ancestry import AncestryIndex
 from artifact.ancestry import build as build_ancestry
+from artifact.cost import FullState, ProjectionReplay
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
 from artifact.workload import Geometry, Workload, l2norm
@@ -190,42 +191,6 @@ def fullstate_chains(wl: Workload, beams: int, dtype=torch.float32) -> torch.Ten
     return o
 
 
-def token_input_bytes(geometry: Geometry, elem: int = 2) -> int:
-    """q, k, v of one token (input dtype) plus its fp32 g and beta, all heads."""
-    g = geometry
-    return elem * (2 * g.hk * g.k + g.hv * g.v) + 8 * g.hv
-
-
-def token_flops(geometry: Geometry) -> int:
-    """One token's recurrent update and output, all value heads (S k, S q: 2 x 2VK; rank-1 update with decay:
-    3VK; o and delta: 2V), plus the q/k L2 norms."""
-    g = geometry
-    return g.hv * (7 * g.v * g.k + 2 * g.v) + 2 * g.hk * 3 * g.k
-
-
-def fullstate_cost(wl, extra_state_copies: int = 0, first_step_copies: int | None = None) -> dict:
-    """Compulsory bytes and FLOPs of the FullState algorithm (the roofline floor of every FullState path).
-
-    Step 0 reads each request's s_ctx once (R states: every first beam's parent is the prompt) and writes N =
-    R*W states; each later step reads N parent states and writes N. Per beam and step also its token's inputs,
-    its parent index and its output o. `extra_state_copies` counts whole-state gathers per beam and step (read
-    + write) that a framework's kernel interface forces on top (SGLang's, TRT-LLM's in-place slot update), or
-    that the paper's explicit reorder into one persistent pool costs; `first_step_copies` (default: the same)
-    is that count at step 0, where a path reading S_ctx directly copies nothing.
-    Counting N state reads at step 0 would put this floor above the measured FullState times. `step_bytes`: the
-    same bytes step by step (they add up to `compulsory_bytes`)."""
-    geo, T, R, N = wl.geometry, wl.T, wl.R, wl.R * wl.W
-    sb, elem = geo.state_bytes, wl.q.element_size()
-    per_beam_io = token_input_bytes(geo, elem) + geo.hv * geo.v * elem + 4
-    steps = []
-    first = extra_state_copies if first_step_copies is None else first_step_copies
-    for t in range(T):
-        copies = first if t == 0 else extra_state_copies
-        steps.append((R if t == 0 else N) * sb + N * sb + N * 2 * sb * copies + N * per_beam_io)
-    return {"compulsory_bytes": sum(steps), "step_bytes": steps, "flops": T * N * token_flops(geo),
-            "rate": "fp32_flop_per_s"}
-
-
 def _gather_beams(x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
     """x: [R, W, ...], slot: [R, W] -> x[r, slot[r, b], ...]."""
     idx = slot.long().reshape(*slot.shape, *([1] * (x.dim() - 2))).expand(*slot.shape, *x.shape[2:])
@@ -241,6 +206,7 @@ class ReferenceFullStatePath(StepperPath):
     """Plain-torch per-beam FullState in fp32: the oracle, registered as a path so it runs like one."""
 
     name = "reference_fullstate"
+    algorithm = FullState()
     capturable = False
     stepper_cls = TorchFullStateStepper
     out_dtype = torch.float32
@@ -250,6 +216,7 @@ class ReferenceReplayPath(StepperPath):
     """Plain-torch projection replay with fp32 records: OneLA's algorithm without a fused kernel."""
 
     name = "reference_replay"
+    algorithm = ProjectionReplay()
     capturable = False
     stepper_cls = TorchReplayStepper
     out_dtype = torch.float32

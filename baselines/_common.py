@@ -1,20 +1,10 @@
-"""What the vLLM / SGLang adapters share: device and grid checks, gate conversion, roofline counts.
-
-Roofline counts (docs/design.md §5) are the compulsory bytes and FLOPs of each algorithm, not of a kernel's tiling:
-a GDN token update of one value head costs ~7·V·K fp32 FLOPs (decay V·K, S·k̂ 2V·K, rank-1 update 2V·K,
-S·q̂ 2V·K); the recurrent kernels do it on CUDA cores, so the rate is "fp32_flop_per_s".
-"""
+"""What the framework adapters share: the device check, gate conversion, slot-pool helpers. The grid and
+free-memory checks are artifact.limits's, the cost counts artifact.cost's."""
 from __future__ import annotations
 
 import os
 
 import torch
-
-from artifact.measure import device_free_bytes
-from artifact.reference import token_flops, token_input_bytes
-
-CUDA_GRID_YZ_MAX = 65535      # CUDA's limit on gridDim.y and gridDim.z
-
 
 # Both frameworks' fla kernels bind `exp = tl.exp` at module level (fla/op.py) and call the alias inside
 # @triton.jit code; Triton 3.6's CPU interpreter only patches `tl.*` looked up at run time, so the call
@@ -33,38 +23,6 @@ def device_reason(device, framework: str, cpu_reason: str | None = None) -> str 
         return cpu_reason
     return (f"{framework}'s Triton kernels need a CUDA device (got {dev}; on a CPU they can run only under "
             f"TRITON_INTERPRET=1 where the framework allows it)")
-
-
-def memory_reason(nbytes: int, device, what: str) -> str | None:
-    """A reason if `nbytes` of persistent state cannot fit in the device's free memory now."""
-    dev = torch.device(device)
-    if dev.type != "cuda":
-        return None
-    free = device_free_bytes(dev)
-    if nbytes > free:
-        return f"{what} needs {nbytes / 2**30:.2f} GiB but only {free / 2**30:.2f} GiB of GPU memory is free"
-    return None
-
-
-def grid_reason(n_programs: int, what: str) -> str | None:
-    if n_programs > CUDA_GRID_YZ_MAX:
-        return (f"not natively supported: {what} = {n_programs} > {CUDA_GRID_YZ_MAX}, the CUDA launch-grid limit "
-                f"of the axis the framework puts it on")
-    return None
-
-
-def replay_cost(wl, tail_len: int = 0) -> dict:
-    """ReplaySSM: at step t every beam loads the checkpoint and replays tail_len + t + 1 tokens, whose inputs
-    it first gathers along its ancestry (t tokens read + written). `step_bytes`: the bytes step by step."""
-    geo, N = wl.geometry, wl.R * wl.W
-    sb, elem = geo.state_bytes, wl.q.element_size()
-    tok = token_input_bytes(geo, elem)
-    steps, flops = [], 0
-    for t in range(wl.T):
-        n_tok = tail_len + t + 1
-        steps.append(N * (sb + n_tok * tok + 2 * t * tok + geo.hv * geo.v * elem))
-        flops += N * n_tok * token_flops(geo)
-    return {"compulsory_bytes": sum(steps), "step_bytes": steps, "flops": flops, "rate": "fp32_flop_per_s"}
 
 
 def gates_to_logits(g: torch.Tensor, beta: torch.Tensor, a_out: torch.Tensor, b_out: torch.Tensor) -> None:

@@ -37,8 +37,9 @@ from pathlib import Path
 
 import torch
 
+from artifact.cost import FullState
+from artifact.limits import memory_reason
 from artifact.paths import Stepper, StepperPath
-from artifact.reference import fullstate_cost
 from baselines import _common, _load
 
 PACK_SPEC = {
@@ -176,20 +177,19 @@ class FlashInferFullStatePath(StepperPath):
     name = "flashinfer_fullstate"
     stepper_cls = FlashInferFullStateStepper
     paper = False
+    algorithm = FullState()
 
     def supports(self, geometry, shape, device):
         n = shape.R * shape.W
         return (flashinfer_reason(geometry, device)
                 # index mode: two beam pools; paper mode: one pool and a workspace of the same size
-                or _common.memory_reason((shape.R + 2 * n) * geometry.state_bytes, device,
+                or memory_reason((shape.R + 2 * n) * geometry.state_bytes, device,
                                          "the FullState pool and its reorder workspace" if self.paper
                                          else "the two-pool FullState state pool"))
-
-    def cost(self, wl):
-        return fullstate_cost(wl, extra_state_copies=1, first_step_copies=0) if self.paper else fullstate_cost(wl)
 
 
 class FlashInferFullStatePaperPath(FlashInferFullStatePath):
     name = "flashinfer_fullstate_paper"
     stepper_cls = FlashInferFullStatePaperStepper
     paper = True
+    algorithm = FullState(first_copies=0, copies=1)     # the reorder copy from step 1; step 0 reads the context slot

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import torch
 
+from artifact.cost import FullState
+from artifact.limits import grid_reason, memory_reason
 from artifact.paths import Stepper, StepperPath
-from artifact.reference import fullstate_cost
 from baselines import _common, _load
 
 PACK_SPEC = {
@@ -140,23 +141,20 @@ class SglangFullStatePath(StepperPath):
     name = "sglang_fullstate"
     stepper_cls = SglangFullStateStepper
     paper = False
+    algorithm = FullState(first_copies=1, copies=1)     # the parents' states gathered before the in-place kernel
 
     def supports(self, geometry, shape, device):
         n = shape.R * shape.W
         return (sglang_reason(device)
-                or _common.grid_reason(n * geometry.hv, "R*W*HV (grid y of the packed decode kernel)")
+                or grid_reason(n * geometry.hv, "R*W*HV (grid y of the packed decode kernel)")
                 # index mode: two pools; paper mode: one pool and a workspace of the same size
-                or _common.memory_reason(2 * n * geometry.state_bytes, device,
+                or memory_reason(2 * n * geometry.state_bytes, device,
                                          "the FullState pool and its reorder workspace" if self.paper
                                          else "the two FullState pools"))
-
-    def cost(self, wl):
-        if self.paper:
-            return fullstate_cost(wl, extra_state_copies=2, first_step_copies=1)
-        return fullstate_cost(wl, extra_state_copies=1)
 
 
 class SglangFullStatePaperPath(SglangFullStatePath):
     name = "sglang_fullstate_paper"
     stepper_cls = SglangFullStatePaperStepper
     paper = True
+    algorithm = FullState(first_copies=1, copies=2)     # s_ctx copied in at step 0; gather and copy back later

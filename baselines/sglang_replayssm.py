@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import torch
 
+from artifact.cost import RecordReplay
+from artifact.limits import grid_reason, memory_reason
 from artifact.paths import Stepper, StepperPath
-from artifact.reference import token_input_bytes
 from baselines import _common, _load
 from baselines.sglang_fullstate import sglang_reason
 
@@ -139,6 +140,7 @@ class SglangReplaySSMStepper(Stepper):
 class SglangReplaySSMPath(StepperPath):
     name = "sglang_replayssm"
     stepper_cls = SglangReplaySSMStepper
+    algorithm = RecordReplay(record_elem=4)      # its rings hold fp32 records
     replay_tail_len = 0
 
     def supports(self, geometry, shape, device):
@@ -153,23 +155,5 @@ class SglangReplaySSMPath(StepperPath):
         n = shape.R * shape.W
         g = geometry
         per_slot = g.state_bytes + 2 * 4 * CACHE_LEN * (g.hv * g.v + g.hk * g.k + g.hv)
-        return (_common.grid_reason(n, "R*W (grid y of the ReplaySSM decode kernel)")
-                or _common.memory_reason(n * per_slot, device, "one checkpoint slot and two rings per beam"))
-
-    def cost(self, wl):
-        """Each step every beam reads its slot's checkpoint and t ring records, writes one record; the rings
-        of steps >= 1 are gathered along the parents (t records read + written). `step_bytes`: the bytes step
-        by step, the checkpoint's load into every beam's slot in step 0's."""
-        geo, N = wl.geometry, wl.R * wl.W
-        sb, elem = geo.state_bytes, wl.q.element_size()
-        record = 4 * (geo.hv * geo.v + geo.hk * geo.k + geo.hv)
-        tok = token_input_bytes(geo, elem)
-        steps = []
-        flops = 0
-        for t in range(wl.T):
-            load = wl.R * sb + N * sb if t == 0 else 0     # checkpoint loaded into every beam's slot
-            steps.append(load + N * (sb + t * record + record + 2 * t * record + tok + geo.hv * geo.v * elem))
-            # rebuild S from S0 and t records (2·V·K each, + decay V·K), read it with q and k, one record
-            flops += N * (geo.hv * (geo.v * geo.k * (1 + 2 * t) + 4 * geo.v * geo.k + 4 * geo.v)
-                          + 2 * geo.hk * 3 * geo.k)
-        return {"compulsory_bytes": sum(steps), "step_bytes": steps, "flops": flops, "rate": "fp32_flop_per_s"}
+        return (grid_reason(n, "R*W (grid y of the ReplaySSM decode kernel)")
+                or memory_reason(n * per_slot, device, "one checkpoint slot and two rings per beam"))

@@ -44,8 +44,9 @@ import inspect
 
 import torch
 
+from artifact.cost import FullState
+from artifact.limits import CUDA_GRID_YZ_MAX, grid_reason, memory_reason
 from artifact.paths import Stepper, StepperPath
-from artifact.reference import fullstate_cost
 from artifact.workload import l2norm
 from baselines import _common, _load
 
@@ -69,7 +70,7 @@ def kernel():
 def _grid_strided(fn) -> bool:
     """Whether the wrapper caps grid z at CUDA's 65535 and grid-strides over sequence-heads (current sources)."""
     try:
-        return str(_common.CUDA_GRID_YZ_MAX) in inspect.getsource(fn)
+        return str(CUDA_GRID_YZ_MAX) in inspect.getsource(fn)
     except (OSError, TypeError):
         return False
 
@@ -130,7 +131,7 @@ def trtllm_reason(geometry, shape, device) -> str | None:
     if dev.type != "cuda":
         return f"TensorRT-LLM's Triton decode kernel needs a CUDA device (got {dev})"
     if not _grid_strided(fn):
-        return _common.grid_reason(shape.R * shape.W * geometry.hv,
+        return grid_reason(shape.R * shape.W * geometry.hv,
                                    "R*W*HV sequence-heads on grid z of fused_sigmoid_gating_delta_rule_update")
     return None
 
@@ -214,22 +215,19 @@ class TrtllmFullStatePath(StepperPath):
     name = "trtllm_fullstate"
     stepper_cls = TrtllmFullStateStepper
     paper = False
+    algorithm = FullState(first_copies=1, copies=1)     # the parents' states gathered before the in-place kernel
 
     def supports(self, geometry, shape, device):
         n = shape.R * shape.W
         return (trtllm_reason(geometry, shape, device)
                 # index mode: two pools; paper mode: one pool and a workspace of the same size
-                or _common.memory_reason((2 * n + shape.R) * geometry.state_bytes, device,
+                or memory_reason((2 * n + shape.R) * geometry.state_bytes, device,
                                          "the FullState pool and its reorder workspace" if self.paper
                                          else "the two FullState pools"))
-
-    def cost(self, wl):
-        if self.paper:
-            return fullstate_cost(wl, extra_state_copies=2, first_step_copies=1)
-        return fullstate_cost(wl, extra_state_copies=1)
 
 
 class TrtllmFullStatePaperPath(TrtllmFullStatePath):
     name = "trtllm_fullstate_paper"
     stepper_cls = TrtllmFullStatePaperStepper
     paper = True
+    algorithm = FullState(first_copies=1, copies=2)     # s_ctx copied in at step 0; gather and copy back later

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import torch
 
+from artifact.cost import FullState
+from artifact.limits import grid_reason, memory_reason
 from artifact.paths import Stepper, StepperPath
-from artifact.reference import fullstate_cost
 from baselines import _common, _load
 
 PACK_SPEC = {
@@ -135,21 +136,20 @@ class VllmFullStatePath(StepperPath):
     name = "vllm_fullstate"
     stepper_cls = VllmFullStateStepper
     paper = False
+    algorithm = FullState()
     pool_what = "the two-pool FullState state pool"
 
     def supports(self, geometry, shape, device):
         n = shape.R * shape.W
         return (vllm_reason(geometry, shape, device)
-                or _common.grid_reason(n * geometry.hv, "R*W*HV sequence-heads of fused_recurrent_gated_delta_rule")
+                or grid_reason(n * geometry.hv, "R*W*HV sequence-heads of fused_recurrent_gated_delta_rule")
                 # index mode: two beam pools; paper mode: one pool and a workspace of the same size
-                or _common.memory_reason((1 + shape.R + 2 * n) * geometry.state_bytes, device, self.pool_what))
-
-    def cost(self, wl):
-        return fullstate_cost(wl, extra_state_copies=1, first_step_copies=0) if self.paper else fullstate_cost(wl)
+                or memory_reason((1 + shape.R + 2 * n) * geometry.state_bytes, device, self.pool_what))
 
 
 class VllmFullStatePaperPath(VllmFullStatePath):
     name = "vllm_fullstate_paper"
     stepper_cls = VllmFullStatePaperStepper
     paper = True
+    algorithm = FullState(first_copies=0, copies=1)     # the reorder copy from step 1; step 0 reads the context slot
     pool_what = "the FullState pool and its reorder workspace"

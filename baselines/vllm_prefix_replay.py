@@ -52,6 +52,8 @@ from __future__ import annotations
 
 import torch
 
+from artifact.cost import TokenReplay
+from artifact.limits import grid_reason, memory_reason
 from artifact.paths import Stepper, StepperPath
 from baselines import _common, _load
 from baselines.vllm_fullstate import vllm_reason
@@ -239,6 +241,7 @@ class VllmPrefixReplayPath(StepperPath):
     gate_tolerance = 1e-3
     name = "vllm_prefix_replay"
     stepper_cls = VllmPrefixReplayStepper
+    algorithm = TokenReplay()
     replay_tail_len = 0      # the operator suite decodes from s_ctx with no prompt tail (reset(..., tail=None))
 
     def supports(self, geometry, shape, device):
@@ -260,10 +263,7 @@ class VllmPrefixReplayPath(StepperPath):
         g = geometry
         work = (tokens * (2 * (2 * g.hk * g.k + g.hv * g.v) + 16 * g.hv)          # gathered rows + prep outputs
                 + n_chunks * g.hv * g.v * g.k * 2 + tokens * g.hv * g.v * 4)          # per-chunk states, v_new, o
-        return (_common.grid_reason(n * g.hv, "R*W*HV sequence-heads (grid y of chunk_gated_delta_rule_fwd_h)")
-                or _common.grid_reason(n_chunks, "R*W*ceil((L_tail+T)/64) chunks (grid y of chunk_fwd_o)")
-                or _common.memory_reason(shape.R * g.state_bytes + n * g.state_bytes + work,
+        return (grid_reason(n * g.hv, "R*W*HV sequence-heads (grid y of chunk_gated_delta_rule_fwd_h)")
+                or grid_reason(n_chunks, "R*W*ceil((L_tail+T)/64) chunks (grid y of chunk_fwd_o)")
+                or memory_reason(shape.R * g.state_bytes + n * g.state_bytes + work,
                                          device, "the prefix-cache replay batch"))
-
-    def cost(self, wl):
-        return _common.replay_cost(wl, tail_len=self.replay_tail_len)

@@ -8,10 +8,6 @@ import torch
 
 from artifact.paths import Stepper
 
-# CUDA's launch grid: the y and z extents are at most 65,535 (x: 2^31 - 1). Our kernels put beams, request heads
-# or beam tiles on y / z, so each stepper's supports() checks its grid against this.
-CUDA_GRID_YZ_MAX = 65535
-
 
 def check_reset(st: Stepper, s_ctx, tail):
     """Our kernels start from the full post-prefill state: contiguous fp32 [R, HV, V, K], no prompt tail."""

@@ -25,10 +25,12 @@ import torch
 import triton
 import triton.language as tl
 
-from artifact.measure import device_free_bytes
+from artifact.cost import FullState
+from artifact.limits import CUDA_GRID_YZ_MAX, memory_reason
 from artifact.paths import Stepper, StepperPath
-from artifact.reference import fullstate_cost
-from kernels.checks import CUDA_GRID_YZ_MAX, check_reset, check_step, kernel_supports
+from kernels.checks import check_reset, check_step, kernel_supports
+
+POOL_SHARE = 0.8        # of the free GPU memory, what the state pools may take (supports())
 
 
 def _grid_supports(R: int, W: int) -> str | None:
@@ -166,6 +168,7 @@ class ControlledFullStatePaperStepper(ControlledFullStateStepper):
 class ControlledFullStatePath(StepperPath):
     name = "controlled_fullstate"
     stepper_cls = ControlledFullStateStepper
+    algorithm = FullState()
 
     def supports(self, geometry, shape, device):
         reason = kernel_supports("controlled_fullstate", geometry, device)
@@ -175,21 +178,14 @@ class ControlledFullStatePath(StepperPath):
         if dev.type == "cuda":
             if reason := _grid_supports(shape.R, shape.W):
                 return reason
-            # index mode: two pools; paper mode: one pool and a workspace of the same size
+            # index mode: two pools; paper mode: one pool and a workspace of the same size. The pools stay under
+            # POOL_SHARE of the free memory, leaving the rest to the harness's workload, reference and output.
             need = (2 if shape.T > 1 else 1) * shape.R * shape.W * geometry.state_bytes
-            free = device_free_bytes(dev)
-            if need > 0.8 * free:
-                return (f"controlled_fullstate: state pools need {need / 2**30:.1f} GiB, more than 80% of the "
-                        f"{free / 2**30:.1f} GiB free on {torch.cuda.get_device_name(dev)}")
+            return memory_reason(need, dev, f"{self.name}: the state pools", share=POOL_SHARE)
         return None
-
-    def cost(self, wl) -> dict:
-        return fullstate_cost(wl)
 
 
 class ControlledFullStatePaperPath(ControlledFullStatePath):
     name = "controlled_fullstate_paper"
     stepper_cls = ControlledFullStatePaperStepper
-
-    def cost(self, wl) -> dict:
-        return fullstate_cost(wl, extra_state_copies=1, first_step_copies=0)
+    algorithm = FullState(first_copies=0, copies=1)       # the reorder: s_ctx read directly at step 0

@@ -355,14 +355,33 @@ def test_flashinfer_head_dim_limit_is_the_kernels_gpu():
 def test_free_memory_counts_the_blocks_pytorch_caches_but_does_not_use(monkeypatch):
     """mem_get_info counts PyTorch's cached blocks as taken; a memory check must count them as free (they are
     what the next path allocates from), or a shape after a big one is skipped for memory it could have."""
-    from artifact.measure import device_free_bytes
-    from baselines import _common
+    from artifact.limits import device_free_bytes, memory_reason
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (3 << 30, 141 << 30))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: 130 << 30)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: 2 << 30)
     assert device_free_bytes("cuda") == 131 << 30
-    assert _common.memory_reason(48 << 30, "cuda", "two pools") is None
-    assert "131.00 GiB" in _common.memory_reason(140 << 30, "cuda", "two pools")
+    assert memory_reason(48 << 30, "cuda", "two pools") is None
+    assert "131.00 GiB" in memory_reason(140 << 30, "cuda", "two pools")
+
+
+def test_one_free_memory_check_serves_our_kernel_and_the_frameworks(monkeypatch):
+    """Controlled FullState and the framework adapters ask artifact.limits.memory_reason: the same free bytes, our
+    pools held to POOL_SHARE of them; a share outside (0, 1] is refused, naming it."""
+    from artifact.limits import memory_reason
+    from kernels.fullstate import POOL_SHARE, ControlledFullStatePath
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda dev=None: (10 << 30, 141 << 30))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda dev=None: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda dev=None: 0)
+    assert memory_reason(9 << 30, "cuda", "x") is None
+    assert "80% of the 10.00 GiB" in memory_reason(9 << 30, "cuda", "x", share=POOL_SHARE)
+    with pytest.raises(ValueError, match="share=1.5"):
+        memory_reason(1, "cuda", "x", share=1.5)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: (9, 0))
+    monkeypatch.setattr("kernels.fullstate.kernel_supports", lambda *a: None)
+    n = 9 * 2 ** 30 // 2 // QWEN.state_bytes                    # two pools of n states: 9 GiB
+    why = ControlledFullStatePath().supports(QWEN, Shape(1, n, 3), "cuda")
+    assert why and "controlled_fullstate: the state pools: 9.00 GiB needed, more than 80% of the 10.00 GiB" in why
+    assert ControlledFullStatePath().supports(QWEN, Shape(1, n // 2, 3), "cuda") is None
 
 
 # ---- paper mode: one pool, explicit reorder through a transient workspace (CPU stand-ins) ----

@@ -159,7 +159,7 @@ def test_vllm_replay_declares_k_not_v_unsupported(monkeypatch):
     from baselines import vllm_prefix_replay as m
     monkeypatch.setattr(m._load, "unavailable_reason", lambda spec, modules: None)
     monkeypatch.setattr(m, "vllm_reason", lambda geometry, shape, device: None)
-    monkeypatch.setattr(m._common, "memory_reason", lambda need, device, what: None)
+    monkeypatch.setattr(m, "memory_reason", lambda need, device, what: None)
     path = get_path("vllm_prefix_replay")
     for geo in (Geometry(4, 4, 128, 256), Geometry(6, 6, 256, 512), Geometry(4, 16, 128, 256)):
         why = path.supports(geo, Shape(2, 4, 3), torch.device("cuda"))

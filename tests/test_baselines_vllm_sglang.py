@@ -137,21 +137,22 @@ def test_gates_to_logits_round_trip():
 
 
 def test_grid_limit_is_reported():
-    assert _common.grid_reason(65535, "x") is None
-    assert "65536 > 65535" in _common.grid_reason(65536, "R*W*HV")
+    from artifact.limits import grid_reason
+    assert grid_reason(65535, "x") is None
+    assert "65536 > 65535" in grid_reason(65536, "R*W*HV")
 
 
 def test_fullstate_cost_counts_state_traffic():
     """Step 0 reads each request's s_ctx once (R states), later steps every parent (N); every step writes N.
     (Counting N reads at step 0 would put the FullState floor above the measured FullState times.)"""
-    from artifact.reference import fullstate_cost
+    from artifact.cost import FullState
     wl = make_workload("qwen3_5_0_8b", 2, 4, 3, device="cpu", prompt_len=0)
     sb, R, N, T = 16 * 128 * 128 * 4, 2, 8, 3
-    c = fullstate_cost(wl)
+    c = FullState().cost(wl)
     assert c["rate"] == "fp32_flop_per_s"
     states = (R + N + 2 * (T - 1) * N) * sb
     assert states < c["compulsory_bytes"] < states * 1.05
-    assert fullstate_cost(wl, 1)["compulsory_bytes"] - c["compulsory_bytes"] == T * N * 2 * sb
+    assert FullState(1, 1).cost(wl)["compulsory_bytes"] - c["compulsory_bytes"] == T * N * 2 * sb
 
 
 # ---------------------------------------------------------------- GPU: the frameworks' own kernels

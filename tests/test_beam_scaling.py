@@ -117,16 +117,30 @@ def test_the_byte_model_refuses_what_is_not_affine():
 
 
 def test_step_cost_is_the_difference_of_prefix_costs():
+    """beam_scaling's per-step floor takes step t's terms of the cost model; they equal the cost of steps 0..t less
+    the cost of steps 0..t-1 (a cost of step t depends on nothing later), and add up to the whole decode's."""
+    import dataclasses
+
     from artifact.paths import get_path
     from artifact.workload import Geometry, make_workload
     wl = make_workload(Geometry(2, 4, 16, 32), 1, 5, 4, seed=1)
-    for name in ("onela", "controlled_fullstate_paper"):
+
+    def prefix(n):
+        return dataclasses.replace(wl, q=wl.q[:n], k=wl.k[:n], v=wl.v[:n], g=wl.g[:n], beta=wl.beta[:n],
+                                   parents=wl.parents[:n])
+    for name in ("onela", "controlled_fullstate_paper", "sglang_replayssm", "vllm_prefix_replay",
+                 "reference_replay"):
         path = get_path(name)
         total = path.cost(wl)
         parts = [bs.step_cost(path, wl, t) for t in range(wl.T)]
         assert sum(p["compulsory_bytes"] for p in parts) == total["compulsory_bytes"]
         assert sum(p["flops"] for p in parts) == total["flops"]
         assert parts[0]["compulsory_bytes"] != parts[2]["compulsory_bytes"]
+        for t in range(wl.T):
+            hi = path.cost(prefix(t + 1))
+            lo = path.cost(prefix(t)) if t else {"compulsory_bytes": 0, "flops": 0}
+            assert parts[t]["compulsory_bytes"] == hi["compulsory_bytes"] - lo["compulsory_bytes"], (name, t)
+            assert parts[t]["flops"] == hi["flops"] - lo["flops"], (name, t)
 
 
 # ---------------------------------------------------------------- FAKE rows: the fit, the figure, REPORT

@@ -103,36 +103,21 @@ def test_appending_to_an_old_table_rewrites_it_in_the_schema_keeping_every_line(
 
 # ---------------------------------------------------------------- per-step bytes
 
-def test_step_bytes_are_the_models_own_or_an_even_split():
-    assert lf.step_bytes({"compulsory_bytes": 10, "step_bytes": [7, 3]}, 2) == [7, 3]
-    assert lf.step_bytes({"compulsory_bytes": 11}, 3) == [4, 4, 3]          # adds up exactly
-    assert lf.step_bytes({"compulsory_bytes": 12, "step_bytes": None}, 4) == [3, 3, 3, 3]
-    with pytest.raises(ValueError, match="adding up"):
-        lf.step_bytes({"compulsory_bytes": 10, "step_bytes": [7, 4]}, 2)
-    with pytest.raises(ValueError, match="adding up"):
-        lf.step_bytes({"compulsory_bytes": 10, "step_bytes": [10]}, 2)
-
-
 def test_every_cost_model_gives_its_bytes_step_by_step():
-    """Every registered path that models itself gives T per-step byte counts adding up to its compulsory bytes;
-    OneLA's are onela_step_bytes (read + written), FullState's step 0 reads R states where later steps read N."""
-    from artifact.paths import PATHS, UnavailablePath, get_path
-    from artifact.reference import fullstate_cost
+    """Every registered path declares an algorithm, whose cost gives T per-step byte and FLOP counts adding up to its
+    totals (the launch floor streams the bytes, beam_scaling floors each step); OneLA's are its (read, written) pairs,
+    FullState's step 0 reads R states where later steps read N."""
+    from artifact.cost import FullState, ProjectionReplay
+    from artifact.paths import PATHS, get_path
     from artifact.workload import Geometry, make_workload
-    from kernels.onela import onela_step_bytes
     wl = make_workload(Geometry(2, 4, 16, 32), 2, 5, 3, lineage="beam", seed=1, prompt_len=4)
-    modelled = 0
     for name in PATHS:
-        path = get_path(name)
-        cost = None if isinstance(path, UnavailablePath) else path.cost(wl)
-        if cost is None:
-            continue
-        modelled += 1
+        cost = get_path(name).cost(wl)
+        assert cost is not None, name
         assert len(cost["step_bytes"]) == 3 and sum(cost["step_bytes"]) == cost["compulsory_bytes"], name
-        assert lf.step_bytes(cost, 3) == cost["step_bytes"]
-    assert modelled >= 3
-    assert get_path("onela").cost(wl)["step_bytes"] == [r + w for r, w in onela_step_bytes(wl)]
-    steps, sb = fullstate_cost(wl)["step_bytes"], wl.geometry.state_bytes
+        assert len(cost["step_flops"]) == 3 and sum(cost["step_flops"]) == cost["flops"], name
+    assert get_path("onela").cost(wl)["step_bytes"] == [r + w for r, w in ProjectionReplay().step_read_write(wl)]
+    steps, sb = FullState().cost(wl)["step_bytes"], wl.geometry.state_bytes
     assert steps[1] - steps[0] == (wl.R * wl.W - wl.R) * sb and steps[1] == steps[2]
 
 
@@ -202,11 +187,12 @@ def test_the_runner_fills_the_column_of_a_timed_gpu_row_from_the_cost_model(monk
     monkeypatch.setattr(operator, "launch_floor_ms", lambda steps, w, r, dev: seen.append((steps, w, r)) or 0.04)
     gpu_wl = types.SimpleNamespace(device=torch.device("cuda", 0), T=3)
     row = {"reason": "", "latency_ms": 0.05, "floor_ms": 0.01}
-    operator._launch_floor(row, {"compulsory_bytes": 11}, gpu_wl, _ctx(charges))
+    cost = {"compulsory_bytes": 11, "step_bytes": [4, 4, 3]}
+    operator._launch_floor(row, cost, gpu_wl, _ctx(charges))
     assert row["launch_floor_ms"] == 0.04 and seen == [([4, 4, 3], 10, 50)] and charges == [operator.LAUNCH_FLOOR]
     for wl, latency in ((gpu_wl, math.nan), (types.SimpleNamespace(device=torch.device("cpu"), T=3), 0.05)):
         row = {"reason": "", "latency_ms": latency, "floor_ms": 0.01}                    # untimed, or on a CPU: left empty
-        operator._launch_floor(row, {"compulsory_bytes": 11}, wl, _ctx(charges))
+        operator._launch_floor(row, cost, wl, _ctx(charges))
         assert "launch_floor_ms" not in row
     assert len(seen) == 1
 
@@ -218,8 +204,8 @@ def test_a_floor_that_cannot_be_measured_leaves_the_column_empty_and_says_why(mo
         raise RuntimeError("no stream today")
     monkeypatch.setattr(operator, "launch_floor_ms", boom)
     row = {"reason": "a note", "latency_ms": 0.05, "floor_ms": 0.01}
-    operator._launch_floor(row, {"compulsory_bytes": 11}, types.SimpleNamespace(device=torch.device("cuda"), T=3),
-                           _ctx([]))
+    operator._launch_floor(row, {"compulsory_bytes": 11, "step_bytes": [4, 4, 3]},
+                           types.SimpleNamespace(device=torch.device("cuda"), T=3), _ctx([]))
     assert "launch_floor_ms" not in row
     assert row["reason"] == "a note launch floor not measured: RuntimeError: no stream today"
 

@@ -376,8 +376,8 @@ def test_full_model_floor_is_model_part_plus_each_gdn_layers_path_cost():
     path's beam-state mode, 2 N FLOPs per matrix element, attention; plus the path's own cost() once per GDN
     layer, each part at its own rate."""
     from artifact.model.cost import activation_bytes, decode_floor, model_part
+    from artifact.cost import FullState
     from artifact.paths import get_path
-    from artifact.reference import fullstate_cost
     m = HybridModel.random(TINY, seed=0)                           # bf16
     R, W, T, L, N = 2, 4, 3, 9, 8
     parents = torch.randint(0, W, (T, R, W), generator=torch.Generator().manual_seed(0))
@@ -395,7 +395,7 @@ def test_full_model_floor_is_model_part_plus_each_gdn_layers_path_cost():
                          + n_attn * 4 * N * TINY.num_attention_heads * TINY.head_dim * (L + t + 1) for t in range(T))
     ceil = {"copy_bytes_per_s": 1e12, "bf16_flop_per_s": 1e15, "tf32_flop_per_s": 1e14, "fp32_flop_per_s": 1e13}
     wl = SimpleNamespace(geometry=TINY.geometry, R=R, W=W, T=T, parents=parents, q=torch.empty(0, dtype=m.dtype))
-    rec = fullstate_cost(wl)
+    rec = FullState().cost(wl)
     d = decode_floor(m, get_path("controlled_fullstate"), R, W, T, L, parents, ceil)
     n_gdn = len(TINY.gdn_layers)
     assert d["compulsory_bytes"] == nb + n_gdn * rec["compulsory_bytes"]            # nb: copy mode
@@ -406,7 +406,10 @@ def test_full_model_floor_is_model_part_plus_each_gdn_layers_path_cost():
     assert onela["compulsory_bytes"] < d["compulsory_bytes"]        # no per-beam states
     assert onela["compulsory_bytes"] - model_part(m, R, W, T, L, "ancestry")[0] == \
         n_gdn * get_path("onela").cost(wl)["compulsory_bytes"]
-    assert decode_floor(m, get_path("reference_replay"), R, W, T, L, parents, ceil) == {}   # no cost(): none
+    replay = get_path("reference_replay")                          # OneLA's algorithm: OneLA's bytes
+    assert decode_floor(m, replay, R, W, T, L, parents, ceil)["compulsory_bytes"] == onela["compulsory_bytes"]
+    replay.algorithm = None
+    assert decode_floor(m, replay, R, W, T, L, parents, ceil) == {}            # no algorithm, no cost(): none
 
 
 @pytest.mark.parametrize("mode", ["ancestry", "copy"])

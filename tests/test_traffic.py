@@ -20,7 +20,6 @@ from sweeps.suites import traffic, traffic_child
 from sweeps.suites.traffic import (ATTEMPTS, DRAIN_KERNEL, NcuOutput, NcuResult, Outcome, TrafficOptions, calibrate,
                                    calibration_note, measure_with_fallback, ncu_outcome, parse_ncu_output,
                                    per_kernel_outcome, to_bytes)
-from sweeps.suites.traffic_child import analytic_flops
 
 HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Block Size",'
           '"Grid Size","Device","CC","Section Name","Metric Name","Metric Unit","Metric Value"')
@@ -283,73 +282,99 @@ def test_measure_cell_reason_names_a_paths_own_gate(tmp_path, monkeypatch):
     assert row["reason"].startswith("method ")                   # the run's own gate: nothing to say
 
 
-# ---------------------------------------------------------------- FLOPs
+# ---------------------------------------------------------------- FLOPs: the one cost model
 
-def test_analytic_flops_by_hand_on_a_tiny_shape():
-    geo = Geometry(hk=1, hv=2, k=2, v=3)          # VK = 6
-    R, W, T = 1, 2, 2                             # 4 (beam, value head) pairs per step
-    # fullstate, per pair and step: S k 2*6 + update 3*6 + S q 2*6 + delta 3*3 = 51
-    assert analytic_flops("fullstate", geo, R, W, T)["total"] == 4 * 2 * 51
-    # projection replay: t=0: 4*6 + (6*3 + 2*2) = 46; t=1: 46 + one record (4*2 + 4*3) = 66
-    assert analytic_flops("projection_replay", geo, R, W, T)["total"] == 4 * (46 + 66)
-    # state replay with a 1-token tail: t=0 replays 1 token (2*6 + 3*6 + 3*3 = 39) then 51; t=1 replays 2
-    assert analytic_flops("state_replay", geo, R, W, T, replay_tail=1)["total"] == 4 * ((39 + 51) + (2 * 39 + 51))
-    with pytest.raises(ValueError):
-        analytic_flops("chunked", geo, R, W, T)
+def _fullstate_flops(geo, R, W, T):
+    from artifact.cost import FullState
+    return sum(FullState().step_flops(geo, R * W, T))
 
 
-@pytest.mark.parametrize("algorithm", ["fullstate", "projection_replay"])
-def test_state_products_match_torch_flop_counter_on_the_references(algorithm):
+def test_flops_of_each_algorithm_by_hand_on_a_tiny_shape():
+    """docs/methods.md §1, "The cost model", counted by hand: HK=1 HV=2 K=2 V=3 (VK = 6), per beam and step."""
+    from artifact.cost import FullState, ProjectionReplay, RecordReplay, TokenReplay
+    geo = Geometry(hk=1, hv=2, k=2, v=3)
+    norms = 1 * 2 * 3 * 2                                   # q-hat and k-hat: 3K each per key head
+    # FullState: per value head S k 2VK + decay VK + update 2VK + S q 2VK = 7VK, delta 2V; 2 (7*6 + 2*3) + 12
+    assert FullState().step_flop_parts(geo, 0) == {"state_products": 2 * 24, "state_updates": 2 * 18,
+                                                   "records": 0, "vectors": 2 * 6, "norms": norms}
+    assert FullState().step_flops(geo, 4, 2) == [4 * 108, 4 * 108]
+    # projection replay: 4VK + per record 4V (value heads) and 4K (key heads) + 6V + 2K
+    assert ProjectionReplay().step_flops(geo, 1, 3) == [2 * (24 + 18) + 4 + norms + 32 * t for t in range(3)]
+    assert ProjectionReplay().step_flops(geo, 1, 3) == [100, 132, 164]
+    # GQA: the K-dots are per key head, so 4 value heads on one key head add 4 x 4V but 4K once per record
+    gqa = Geometry(hk=1, hv=4, k=2, v=3)
+    assert ProjectionReplay().step_flops(gqa, 1, 2)[1] - ProjectionReplay().step_flops(gqa, 1, 2)[0] == 4 * 12 + 8
+    # record replay: VK (1 + 2t) + 4VK + 4V per value head, 2K + norms per key head
+    assert RecordReplay().step_flops(geo, 1, 3) == [100, 124, 148]
+    # token replay with a 1-token tail: each replayed token 5VK + 2V per value head + 3K, then a FullState token
+    assert TokenReplay().step_flops(geo, 1, 2, tail_len=1) == [78 + 108, 2 * 78 + 108]
+    with pytest.raises(ValueError, match="tail_len=1"):
+        FullState().step_flops(geo, 1, 2, tail_len=1)
+    with pytest.raises(ValueError, match="rate='fp16_flop_per_s'"):
+        FullState(rate="fp16_flop_per_s").cost(SimpleNamespace(geometry=geo, R=1, W=1, T=1,
+                                                               q=torch.empty(0, dtype=torch.bfloat16)))
+
+
+@pytest.mark.parametrize("name", ["reference_fullstate", "reference_replay"])
+def test_state_products_match_torch_flop_counter_on_the_references(name):
+    """The cost model's products with a [V, K] state are what torch.utils.flop_counter counts when the plain-torch
+    reference runs (its einsums; the element-wise work it does not count)."""
     from torch.utils.flop_counter import FlopCounterMode
 
+    from artifact.paths import get_path
     from artifact.reference import fullstate_decode, replay_decode
     from artifact.workload import make_workload
     geo = Geometry(hk=2, hv=4, k=8, v=16)
     wl = make_workload(geo, 2, 3, 3, prompt_len=4)
     with FlopCounterMode(display=False) as fc:
-        (fullstate_decode if algorithm == "fullstate" else replay_decode)(wl, torch.float64)
-    assert analytic_flops(algorithm, geo, 2, 3, 3)["state_matvec"] == fc.get_total_flops()
+        (fullstate_decode if name == "reference_fullstate" else replay_decode)(wl, torch.float64)
+    algorithm = get_path(name).algorithm
+    assert sum(2 * 3 * algorithm.step_flop_parts(geo, t)["state_products"] for t in range(3)) == fc.get_total_flops()
 
 
-def test_projection_replay_count_is_onelas_own_cost():
-    onela = pytest.importorskip("kernels.onela")
+def test_every_caller_counts_a_paths_flops_and_bytes_alike():
+    """The traffic child's FLOPs (Fig 8c's arithmetic intensity), the operator row's flops and floor inputs, the
+    launch floor's per-step bytes, beam_scaling's per-step floors and the full model's recurrent part all come from
+    the path's one cost(), for every registered path; OneLA and its plain-torch reference, and every FullState path,
+    count the same FLOPs."""
+    from artifact.model.config import TINY
+    from artifact.model.cost import recurrent_part
+    from artifact.paths import PATHS, get_path
     from artifact.workload import make_workload
-    wl = make_workload(Geometry(2, 4, 8, 16), 2, 5, 4, prompt_len=4)
-    assert onela.onela_cost(wl)["flops"] == analytic_flops("projection_replay", wl.geometry, 2, 5, 4)["total"]
+    from sweeps.suites import beam_scaling
+    geo = TINY.geometry
+    model = SimpleNamespace(cfg=TINY, dtype=torch.bfloat16)
+    wl = make_workload(geo, 2, 3, 3, lineage="beam", seed=2, prompt_len=4)
+    flops = {}
+    for name in PATHS:
+        path = get_path(name)
+        cost = path.cost(wl)
+        assert cost is not None, name
+        flops[name] = cost["flops"]
+        assert traffic_child.path_flops(path, wl)[::2] == (float(cost["flops"]), float(cost["compulsory_bytes"]))
+        steps = [beam_scaling.step_cost(path, wl, t) for t in range(wl.T)]
+        assert [s["flops"] for s in steps] == cost["step_flops"] and sum(cost["step_flops"]) == cost["flops"]
+        assert [s["compulsory_bytes"] for s in steps] == cost["step_bytes"]
+        rec = recurrent_part(path, model, 2, 3, 3, wl.parents)
+        n = len(TINY.gdn_layers)
+        assert (rec["compulsory_bytes"], rec["flops"]) == (n * cost["compulsory_bytes"], n * cost["flops"]), name
+    assert flops["onela"] == flops["reference_replay"]
+    fullstate = {n: f for n, f in flops.items() if get_path(n).algorithm.name == "fullstate"}
+    assert len(fullstate) == 11 and len(set(fullstate.values())) == 1, fullstate
+    assert flops["reference_fullstate"] == _fullstate_flops(geo, 2, 3, 3)
 
 
-def test_onela_step_bytes_split_the_compulsory_bytes_by_step():
-    """tools.launch_floor streams each step's bytes: per step they add up to onela_cost's total, every step
-    writes the same (o, the new GTR) plus its ancestry row, and a step reads more than step 0 by exactly the
-    distinct ancestral records it replays."""
-    onela = pytest.importorskip("kernels.onela")
-    from artifact.ancestry import build
-    from artifact.workload import make_workload
-    geo = Geometry(2, 4, 8, 16)
-    wl = make_workload(geo, 2, 5, 4, lineage="beam", seed=1, prompt_len=4)
-    steps = onela.onela_step_bytes(wl)
-    assert len(steps) == 4 and sum(r + w for r, w in steps) == onela.onela_cost(wl)["compulsory_bytes"]
-    anc = build(wl.parents)
-    record = geo.hv * (4 + 2 * geo.v) + geo.hk * 2 * geo.k
-    for t, (read, written) in enumerate(steps):
-        distinct = sum(anc[t, r, :, j].unique().numel() for r in range(2) for j in range(t))
-        assert read - steps[0][0] == distinct * record
-        assert written - steps[0][1] == 2 * 5 * t * 8
-
-
-def test_path_flops_prefers_cost_then_the_algorithm_class():
-    from artifact.paths import get_path
+def test_path_flops_says_why_there_is_no_count():
     from artifact.workload import make_workload
     wl = make_workload(Geometry(1, 2, 4, 4), 1, 2, 2, prompt_len=2)
-    flops, source, _ = traffic_child.path_flops(get_path("reference_fullstate"), wl)
-    assert source == "analytic:fullstate" and flops == analytic_flops("fullstate", wl.geometry, 1, 2, 2)["total"]
-    modelled = SimpleNamespace(name="x", cost=lambda wl: {"flops": 7, "compulsory_bytes": 9, "rate": "tf32"})
-    assert traffic_child.path_flops(modelled, wl) == (7.0, "cost()", 9.0)
-    replay = SimpleNamespace(name="vllm_prefix_replay", cost=lambda wl: None)
-    flops, source, _ = traffic_child.path_flops(replay, wl)
-    assert math.isnan(flops) and "replay_tail_len" in source
-    replay.replay_tail_len = 3
-    assert traffic_child.path_flops(replay, wl)[0] == analytic_flops("state_replay", wl.geometry, 1, 2, 2, 3)["total"]
+    none = SimpleNamespace(name="x", cost=lambda wl: None)
+    flops, source, _ = traffic_child.path_flops(none, wl)
+    assert math.isnan(flops) and "declares no algorithm" in source
+
+    def broken(wl):
+        raise KeyError("q")
+    flops, source, _ = traffic_child.path_flops(SimpleNamespace(name="y", cost=broken), wl)
+    assert math.isnan(flops) and "cost() raised KeyError" in source
 
 
 # ---------------------------------------------------------------- the child on a CPU, and the runner off-GPU
@@ -368,7 +393,7 @@ def test_child_builds_the_sweeps_workload_checks_and_counts(tmp_path):
     assert rec["status"] == "ok", rec
     assert rec["max_abs_err"] <= 1e-6                      # the reference checked against itself
     geo = Geometry(16, 16, 128, 128)
-    assert rec["flops"] == analytic_flops("fullstate", geo, 1, 2, 2)["total"]
+    assert rec["flops"] == _fullstate_flops(geo, 1, 2, 2)
     assert rec["persistent_bytes"] == 1 * 2 * geo.state_bytes
     assert _child(tmp_path, cell, method="ncu")["status"] == "failed"   # counters need a GPU, and say so
 
@@ -482,7 +507,7 @@ def test_fullstate_run_writes_at_least_its_states(tmp_path, gpu_to_itself):
     state_step = 256 * Geometry(16, 16, 128, 128).state_bytes
     assert row["dram_write_bytes"] >= 0.95 * 3 * state_step, row
     assert row["dram_read_bytes"] >= 0.95 * 2 * state_step, row
-    assert row["flops"] == analytic_flops("fullstate", Geometry(16, 16, 128, 128), 1, 256, 3)["total"]
+    assert row["flops"] == _fullstate_flops(Geometry(16, 16, 128, 128), 1, 256, 3)
     assert os.path.exists(tmp_path / "traffic" / "gpu" / "gpu_fullstate.json")
 
 

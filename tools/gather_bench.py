@@ -1,8 +1,8 @@
 """How fast can 256 B GTR rows be gathered at the beam workload's ancestry pattern? `python -m tools.gather_bench`
 (a benchmark, GPU only; results/kernels/gather_bw_*.log).
 
-The floor of kernels.onela.onela_cost moves each distinct ancestral record at copy bandwidth; this measures what a
-kernel that does nothing but the gathers reaches.
+The floor of OneLA's cost model (artifact.cost.ProjectionReplay) moves each distinct ancestral record at copy
+bandwidth; this measures what a kernel that does nothing but the gathers reaches.
 
 Store of 256 B bf16 rows (k-hat / delta records, K = 128). A Triton kernel sums, per (beam, head),
 its 5 ancestral rows of step 5 (depth j gathered at slot anc[5, r, b, j]) and writes the sum: 5 gathered rows read,

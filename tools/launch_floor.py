@@ -1,17 +1,17 @@
 """What one launch per step costs when each launch only streams its step's bytes, and what the timer's L2 flush
 adds: `python -m tools.launch_floor` (a benchmark, GPU only; results/kernels/launch_floor_*.log).
 
-The memory floor of `kernels.bench` moves a decode's compulsory bytes as one stream at copy bandwidth. A decode
-step is one launch, and a launch does not stream from its first nanosecond to its last: the work ramps up after the
-launch and drains before the next. And the kernel-level timer (artifact.timing.time_replay, docs/design.md §5)
-flushes L2 by zeroing a 256 MB buffer before each replay, which leaves L2 full of dirty lines that the timed replay
-then writes back. Per cell of the bench's workload (Qwen3.5-0.8B, W=512; R 4 / 16, O 3 / 7), each CUDA graph
+The floor of `tools.bench` (artifact.measure.floor_ms, each row's `floor_ms` here) moves a decode's compulsory bytes
+as one stream at copy bandwidth. A decode step is one launch, and a launch does not stream from its first
+nanosecond to its last: the work ramps up after the launch and drains before the next. And the kernel-level
+timer (artifact.timing.time_replay, docs/design.md §5) flushes L2 by zeroing a 256 MB buffer before each replay,
+which leaves L2 full of dirty lines that the timed replay then writes back. Per cell of the bench's workload (Qwen3.5-0.8B, W=512; R 4 / 16, O 3 / 7), each CUDA graph
 below is timed twice (artifact.timing.time_events), as the replay timer does (`flush`: zero 256 MB, then the
 timed replay) and with the flush's dirty lines written back before the timer starts (`clean`: zero 256 MB, read
 another 256 MB, then the timed replay); median of 100 replays:
 - `stream`: T launches of the streaming copy kernel, launch t moving step t's compulsory bytes (the onela path's
-  cost model, `onela_step_bytes`: half read, half written), the graph of artifact.launch_floor; `stream1`: one
-  launch moving all T steps' bytes;
+  cost model, artifact.cost.ProjectionReplay: half read, half written), the graph of artifact.launch_floor;
+  `stream1`: one launch moving all T steps' bytes;
 - `torch`: the same T copies by `Tensor.copy_`;
 - `empty`: T launches of a one-element kernel (what the launches alone cost);
 - `onela`: the path's default kernels on the bench's workload (gated against FP32 FullState first).
@@ -24,8 +24,8 @@ import sys
 
 import torch
 
-from artifact.launch_floor import ELEMENT_BYTES, StreamGraph, launch_floor_ms, plan_stream, step_bytes
-from artifact.measure import DEFAULT_TOLERANCE, max_abs_err, measure_ceilings, scramble_
+from artifact.launch_floor import ELEMENT_BYTES, StreamGraph, launch_floor_ms, plan_stream
+from artifact.measure import DEFAULT_TOLERANCE, floor_ms, max_abs_err, measure_ceilings, scramble_
 from artifact.reference import fullstate_decode
 from artifact.results import env_record
 from artifact.timing import capture_graph, record_each, time_events
@@ -63,7 +63,8 @@ def main(argv=None) -> int:
     for R, O in ((4, 3), (4, 7), (16, 3), (16, 7)):
         wl = make_workload("qwen3_5_0_8b", R, 512, O - 1, lineage="beam", seed=0, device="cuda")
         path = OneLAPath()
-        steps = step_bytes(path.cost(wl), wl.T)                      # per-step compulsory bytes, read + written
+        cost = path.cost(wl)
+        steps = cost["step_bytes"]                                   # per-step compulsory bytes, read + written
         stream, stream1 = StreamGraph(plan_stream(steps)), StreamGraph(plan_stream([sum(steps)]))
         tiny = torch.zeros(1, device="cuda")
         static = scramble_(wl.clone())
@@ -79,7 +80,8 @@ def main(argv=None) -> int:
             graphs["onela"] = g_onela
         nbytes = 2 * ELEMENT_BYTES * sum(stream.plan.elements)      # what the launches move, read + written
         row = {"R": R, "O": O, "launches": len(steps), "compulsory_MB": nbytes / 1e6,
-               "floor_ms": nbytes / ceilings["copy_bytes_per_s"] * 1e3, "onela_max_abs_err": err,
+               "floor_ms": floor_ms(cost["compulsory_bytes"], cost["flops"], ceilings, cost["rate"])[0],
+               "onela_max_abs_err": err,
                "launch_floor_ms": launch_floor_ms(steps, TimerConf.warmup_ms, TimerConf.rep_ms)}
         for name, g in graphs.items():
             for clean in (False, True):

@@ -10,7 +10,7 @@
 from kernels.onela.naive import onela_naive
 from kernels.onela.op import OneLA
 from kernels.onela.plan import CONFIG_KEYS, launch_config, step_launches
-from kernels.onela.stepper import OneLAPath, OneLAStepper, onela_cost, onela_step_bytes
+from kernels.onela.stepper import OneLAPath, OneLAStepper
 from kernels.onela.triton_kernels import onela_main_kernel, onela_prep_deep_kernel, onela_prep_kernel
 from kernels.onela.ws import onela_ws_kernel, ws_layout_supports, ws_shape_supports
 
@@ -18,5 +18,5 @@ from kernels.onela.ws import onela_ws_kernel, ws_layout_supports, ws_shape_suppo
 KERNELS = {"prep": onela_prep_kernel, "prep_deep": onela_prep_deep_kernel, "main": onela_main_kernel,
            "ws": onela_ws_kernel}
 
-__all__ = ["OneLA", "onela_naive", "OneLAStepper", "OneLAPath", "onela_cost", "onela_step_bytes",
-           "launch_config", "step_launches", "CONFIG_KEYS", "KERNELS", "ws_shape_supports", "ws_layout_supports"]
+__all__ = ["OneLA", "onela_naive", "OneLAStepper", "OneLAPath", "launch_config", "step_launches", "CONFIG_KEYS",
+           "KERNELS", "ws_shape_supports", "ws_layout_supports"]

@@ -10,7 +10,7 @@ import os
 
 import triton
 
-from kernels.checks import CUDA_GRID_YZ_MAX
+from artifact.limits import CUDA_GRID_YZ_MAX
 from kernels.onela.ws import WS_HEAD_DIMS, WS_VALUE_DIMS, ws_fuses_step, ws_launch_params, ws_runs_step
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from artifact.ancestry import advance as advance_ancestry
+from artifact.cost import BF16, ProjectionReplay
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
 from kernels.checks import check_reset, check_step, kernel_supports
@@ -107,47 +107,8 @@ class OneLAPath(StepperPath):
 
     name = "onela"
     stepper_cls = OneLAStepper
+    algorithm = ProjectionReplay(rate=BF16)     # the S_ctx projections run as bf16 MMAs
 
     def supports(self, geometry, shape, device):
         return kernel_supports("onela", geometry, device) or \
             shape_supports(shape.T, shape.R, shape.W, geometry.hv, torch.device(device).type == "cuda")
-
-    def cost(self, wl) -> dict:
-        return onela_cost(wl)
-
-
-def onela_step_bytes(wl) -> list[tuple[int, int]]:
-    """Compulsory (read, written) bytes of each step of the fused replay algorithm (`onela_cost`'s terms)."""
-    geo, T, R, W = wl.geometry, wl.T, wl.R, wl.W
-    esz = wl.q.element_size()
-    rec_v = geo.hv * (4 + 2 * geo.v)          # alpha + delta of one (beam slot) record, all value heads
-    rec_k = geo.hk * 2 * geo.k                # k-hat of one record, all key heads
-    parents = wl.parents.cpu()
-    anc = torch.zeros(R, W, T, dtype=torch.int32)      # step t's ancestry table, advanced step by step
-    steps = []
-    for t in range(T):
-        if t:
-            anc = advance_ancestry(anc, parents[t], t)
-        read = R * W * (2 * geo.hk * geo.k * esz + geo.hv * geo.v * esz + geo.hv * 8 + 4)     # inputs
-        read += R * geo.hv * geo.v * geo.k * 4                                                # S_ctx
-        for j in range(t):
-            distinct = sum(anc[r, :, j].unique().numel() for r in range(R))
-            read += distinct * (rec_v + rec_k)                                                # replayed GTRs
-        steps.append((read, R * W * (geo.hv * geo.v * esz + rec_v + rec_k + t * 4 * 2)))     # o, new GTR, ancestry
-    return steps
-
-
-def onela_cost(wl) -> dict:
-    """Compulsory bytes and FLOPs of the fused replay algorithm (not of this kernel's actual reads).
-
-    Bytes (`onela_step_bytes`, also given per step as `step_bytes`, read + written): each step reads q, k, v, g,
-    beta, parents, S_ctx once and every *distinct* ancestral record its live beams replay, and writes o (input
-    dtype), the new GTRs and its ancestry rows. FLOPs:
-    the two S_ctx projections (2 x 2VK per beam and value head), per replayed record two K-dots and two V-axpys,
-    and the final delta / o (about 6V).
-    """
-    geo, T, R, W = wl.geometry, wl.T, wl.R, wl.W
-    per_beam_head = lambda t: 4 * geo.v * geo.k + t * (4 * geo.k + 4 * geo.v) + 6 * geo.v + 2 * geo.k  # noqa: E731
-    steps = [r + w for r, w in onela_step_bytes(wl)]
-    return {"compulsory_bytes": sum(steps), "step_bytes": steps,
-            "flops": sum(R * W * geo.hv * per_beam_head(t) for t in range(T)), "rate": "bf16_flop_per_s"}

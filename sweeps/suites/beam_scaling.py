@@ -8,8 +8,8 @@ Depth cells are the suite's grid (R=4 W=512 on qwen3_5_0_8b, O = T + 1 from 2 to
 whole T-step decode timed as in the operator suite (sweeps.suites.operator.run_cell: latency_ms is the cumulative
 latency, floor_ms its floor); then it decodes again as one CUDA graph per step, is gated again, and each step is
 timed on its own (artifact.measure.check_and_time_steps). The side table <results_dir>/beam_scaling_steps.csv keeps,
-per cell, the last step's time (step T - 1, which replays T - 1 ancestral records) with its floor from the path's
-cost model (the cost of T steps less the cost of T - 1), every step's median and their sum.
+per cell, the last step's time (step T - 1, which replays T - 1 ancestral records) with its floor from that step's
+terms of the path's cost model (artifact.cost), every step's median and their sum.
 
 Width cells (R = width_R, T = width_T) are one per path, enumerated after the grid (`width_shapes`). A path's
 capacity limit is the largest W whose persistent + workspace bytes fit the device's memory: those bytes are read off
@@ -24,7 +24,6 @@ half the free memory, the FP32 reference runs along ancestral chains in blocks o
 """
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import os
 from dataclasses import dataclass
@@ -32,7 +31,9 @@ from typing import Iterator, Optional
 
 import torch
 
-from artifact.measure import check_and_time_steps, device_free_bytes, floor_ms, free_device_memory, path_tolerance
+from artifact.cost import token_input_bytes
+from artifact.limits import device_free_bytes
+from artifact.measure import check_and_time_steps, floor_ms, free_device_memory, path_tolerance
 from artifact.paths import get_path, make_stepper
 from artifact.reference import fullstate_decode
 from artifact.results import append_csv
@@ -134,7 +135,7 @@ def byte_model(path: str, geo: Geometry, R: int, T: int, device, multiple: int) 
 def harness_bytes(geo: Geometry, R: int, W: int, T: int, elem: int = 2) -> int:
     """Bytes the measurement keeps beside a path: the workload and its scrambled copy (artifact.measure's capture
     inputs), the path's output (input dtype) and the FP32 reference output."""
-    inputs = T * R * W * ((2 * geo.hk * geo.k + geo.hv * geo.v) * elem + 2 * geo.hv * 4 + 4) + R * geo.state_bytes
+    inputs = T * R * W * (token_input_bytes(geo, elem) + 4) + R * geo.state_bytes      # + the int32 parents
     out = T * R * W * geo.hv * geo.v
     return 2 * inputs + out * elem + out * 4
 
@@ -241,26 +242,13 @@ def bounded_reference(wl) -> torch.Tensor:
     return fullstate_decode(wl, beams=max(1, device_free_bytes(wl.device) // 2 // per_beam))
 
 
-def _prefix(wl, n: int):
-    """The first n steps of a workload (views)."""
-    return dataclasses.replace(wl, q=wl.q[:n], k=wl.k[:n], v=wl.v[:n], g=wl.g[:n], beta=wl.beta[:n],
-                               parents=wl.parents[:n])
-
-
 def step_cost(path, wl, t: int) -> Optional[dict]:
-    """Compulsory bytes and FLOPs of step t alone: the path's cost model over steps 0..t less over 0..t-1 (every
-    cost model is a sum of per-step terms; step 0's holds what the decode does once, e.g. a checkpoint copy)."""
-    hi = path.cost(_prefix(wl, t + 1))
-    if hi is None:
+    """Compulsory bytes and FLOPs of step t alone: that step's terms of the path's cost model (artifact.cost gives
+    every cost step by step; step 0's holds what the decode does once, e.g. a checkpoint copy)."""
+    cost = path.cost(wl)
+    if cost is None:
         return None
-    lo = path.cost(_prefix(wl, t)) if t else {"compulsory_bytes": 0, "flops": 0}
-    f_hi, f_lo = hi["flops"], lo["flops"]
-    if isinstance(f_hi, dict):
-        f_lo = f_lo if isinstance(f_lo, dict) else {}
-        flops = {k: v - f_lo.get(k, 0) for k, v in f_hi.items()}
-    else:
-        flops = f_hi - f_lo
-    return {"compulsory_bytes": hi["compulsory_bytes"] - lo["compulsory_bytes"], "flops": flops, "rate": hi["rate"]}
+    return {"compulsory_bytes": cost["step_bytes"][t], "flops": cost["step_flops"][t], "rate": cost["rate"]}
 
 
 def _per_step(cell: dict, row: dict, wl, ref, ctx: RunContext, settings: BeamScalingSettings) -> None:
@@ -292,11 +280,9 @@ def _per_step(cell: dict, row: dict, wl, ref, ctx: RunContext, settings: BeamSca
         side["reason"] = one_line(f"{side.get('reason', '')} cost() raised {type(e).__name__}: {e}".strip())
         cost = None
     if cost is not None:
-        flops = cost["flops"]
-        side.update(step_compulsory_bytes=cost["compulsory_bytes"],
-                    step_flops=sum(flops.values()) if isinstance(flops, dict) else flops)
+        side.update(step_compulsory_bytes=cost["compulsory_bytes"], step_flops=cost["flops"])
         if ctx.ceilings:
-            side["step_floor_ms"], side["step_floor_bound"] = floor_ms(cost["compulsory_bytes"], flops,
+            side["step_floor_ms"], side["step_floor_bound"] = floor_ms(cost["compulsory_bytes"], cost["flops"],
                                                                        ctx.ceilings, cost["rate"])
     if side["status"] != "ok":
         row["reason"] = one_line(f"{row.get('reason') or ''}; per-step: {side['status']}: {side['reason']}"

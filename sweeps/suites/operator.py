@@ -176,10 +176,9 @@ def _launch_floor(row: dict, cost: dict, wl, ctx) -> None:
         return
     if not row.get("floor_ms", math.inf) <= LAUNCH_FLOOR_MAX_FLOOR_MS:
         return
-    from artifact.launch_floor import step_bytes     # imported on use: see launch_floor_ms
     t0 = time.monotonic()
     try:
-        steps = step_bytes(cost, wl.T)
+        steps = cost["step_bytes"]
         try:
             value = launch_floor_ms(steps, ctx.warmup_ms, ctx.rep_ms, wl.device)
         except torch.cuda.OutOfMemoryError:

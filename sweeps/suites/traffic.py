@@ -26,8 +26,8 @@ those kernels, and memcpy/memset bytes, which per-kernel profiling cannot see, a
 MiB that fits in L2 so its writes are seen only through the drain): measured/expected goes into the
 reason and results/env/<run_id>.traffic.json. Per-kernel bytes of every cell: results/traffic/<run_id>/.
 
-FLOPs: the child counts them (traffic_child.path_flops: path.cost(wl)["flops"] when the path models itself,
-else analytic_flops() of its algorithm class). Arithmetic intensity = flops / (dram_read_bytes +
+FLOPs: the child counts them (traffic_child.path_flops: the path's cost model, artifact.cost, the count every
+floor uses). Arithmetic intensity = flops / (dram_read_bytes +
 dram_write_bytes). This module takes the names both sides share (the metrics, the drain kernel's name) from
 the child's module; the child imports nothing from here.
 """

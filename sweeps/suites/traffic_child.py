@@ -87,80 +87,19 @@ class L2Buffers:
         torch.cuda.synchronize()
 
 
-# ---- FLOPs of the cell (docs/design.md §1) ----
-
-ALGORITHMS = ("fullstate", "projection_replay", "state_replay")
-
-# The algorithm class of each registered path, used only when the path has no cost().
-PATH_ALGORITHM = {
-    "reference_fullstate": "fullstate", "controlled_fullstate": "fullstate", "vllm_fullstate": "fullstate",
-    "sglang_fullstate": "fullstate", "flashinfer_fullstate": "fullstate", "trtllm_fullstate": "fullstate",
-    "reference_replay": "projection_replay", "onela": "projection_replay",
-    "vllm_prefix_replay": "state_replay", "sglang_replayssm": "state_replay",
-}
-
-
-def analytic_flops(algorithm: str, geometry, R: int, W: int, T: int, replay_tail: int = 0) -> dict:
-    """FLOPs of the GDN decode math of one algorithm class over T steps of R x W beams (docs/design.md §1).
-
-    A multiply-add counts 2, any other arithmetic op 1. Per beam, value head and step t (0-based):
-      fullstate          S k-hat 2VK + update S <- aS + d k-hat^T 3VK + S q-hat 2VK + d = b(v - a Sk) 3V
-      projection_replay  S_ctx q-hat, S_ctx k-hat 4VK; per ancestral record (t of them) two K-dots 4K and
-                         two accumulator updates u <- a u + d s 4V; final d and o 6V + 2K (as onela_cost)
-      state_replay       ReplaySSM: the beam replays `replay_tail` prompt-tail tokens plus its t earlier
-                         tokens from the checkpoint, each S k-hat 2VK + update 3VK + d 3V, then the
-                         current token as fullstate
-    The l2 norms, exp(g) and the K^-1/2 scale are left out (O(K) per key head, < 0.1% at K = V = 128).
-    Returns the total and its parts; `state_matvec` (the products with a [V, K] state) is what
-    torch.utils.flop_counter counts for the plain-torch references.
-    """
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; known: {', '.join(ALGORITHMS)}")
-    V, K = geometry.v, geometry.k
-    VK = V * K
-    parts = {"state_matvec": 0, "state_update": 0, "records": 0, "vector": 0}
-    for t in range(T):
-        if algorithm == "fullstate":
-            replayed = 0
-        elif algorithm == "state_replay":
-            replayed = replay_tail + t
-        else:
-            replayed = None
-        if replayed is not None:
-            parts["state_matvec"] += replayed * 2 * VK + 4 * VK
-            parts["state_update"] += replayed * 3 * VK + 3 * VK
-            parts["vector"] += replayed * 3 * V + 3 * V
-        else:
-            parts["state_matvec"] += 4 * VK
-            parts["records"] += t * (4 * K + 4 * V)
-            parts["vector"] += 6 * V + 2 * K
-    scale = R * W * geometry.hv
-    parts = {k: v * scale for k, v in parts.items()}
-    parts["total"] = sum(parts.values())
-    return parts
-
+# ---- FLOPs of the cell: the path's cost model (artifact.cost) ----
 
 def path_flops(path, wl) -> tuple[float, str, float]:
-    """(flops, where the count comes from, compulsory bytes) of a prepared path on its workload."""
+    """(flops, where the count comes from, compulsory bytes) of a prepared path on its workload: its cost(), or NaN
+    with the reason where it has none or cost() raises."""
     try:
         cost = path.cost(wl)
     except Exception as e:  # noqa: BLE001 - a broken cost() must not lose the measurement
-        cost, why = None, f"cost() raised {type(e).__name__}: {e}"
-    else:
-        why = ""
-    compulsory = float(cost["compulsory_bytes"]) if cost and cost.get("compulsory_bytes") is not None else math.nan
-    if cost and cost.get("flops") is not None:
-        return float(cost["flops"]), "cost()", compulsory
-    algorithm = PATH_ALGORITHM.get(getattr(path, "name", ""))
-    if algorithm is None:
-        return math.nan, f"unknown: no cost() and no algorithm class for {path.name!r} {why}".strip(), compulsory
-    tail = 0
-    if algorithm == "state_replay":
-        tail = getattr(path, "replay_tail_len", None)
-        if tail is None:
-            return math.nan, "unknown: ReplaySSM path has no cost() and no replay_tail_len", compulsory
-    total = analytic_flops(algorithm, wl.geometry, wl.R, wl.W, wl.T, replay_tail=int(tail))["total"]
-    return float(total), f"analytic:{algorithm}" + (f"(tail={tail})" if algorithm == "state_replay" else ""), compulsory
+        return math.nan, f"unknown: cost() raised {type(e).__name__}: {e}", math.nan
+    if cost is None:
+        return math.nan, f"unknown: {getattr(path, 'name', '?')!r} declares no algorithm (cost() is None)", math.nan
+    algorithm = getattr(path, "algorithm", None)
+    return float(cost["flops"]), f"cost(): {getattr(algorithm, 'name', 'own model')}", float(cost["compulsory_bytes"])
 
 
 # ---- targets: what range 1 runs ----
