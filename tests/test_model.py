@@ -20,7 +20,6 @@ from artifact.model.check import poison, stepper_max_abs_err
 from artifact.model.config import QWEN3_5_0_8B, TINY, ModelConfig, hybrid_pattern
 from artifact.model.decode import BeamDecoder
 from artifact.model.gdn_chunk import chunk_gated_delta, recurrent_gated_delta
-from artifact.model.native_vllm import native_beam_search_unavailable
 from artifact.model.network import HybridModel
 from artifact.model.prefill import prefill, random_prompts, sequence_logits
 from artifact.model.safetensors_io import load_file, save_file
@@ -489,17 +488,7 @@ def test_triton_paths_in_the_pipeline_under_the_interpreter():
         assert (got.hidden.float() - want.hidden.float()).abs().max() < 5e-2, path
 
 
-def test_native_vllm_beam_search_reports_why_it_cannot_run():
-    reason = native_beam_search_unavailable()
-    assert "torch" in reason or "vLLM" in reason
-
-
 # ---- GPU ----
-
-@pytest.mark.gpu
-def test_gpu_native_vllm_beam_search():
-    pytest.skip(native_beam_search_unavailable())
-
 
 @pytest.mark.gpu
 def test_gpu_prompt_attention_kernels_match_math():
