@@ -251,5 +251,6 @@ class ReferenceReplayPath(StepperPath):
 
     name = "reference_replay"
     capturable = False
+    keeps_ancestry = True
     stepper_cls = TorchReplayStepper
     out_dtype = torch.float32

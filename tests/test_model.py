@@ -138,6 +138,30 @@ def test_controlled_fullstate_paper_mode_decodes_the_index_modes_beams(device):
     assert dp.steppers[0].written_bytes() > di.steppers[0].written_bytes()  # plus the copy of every state
 
 
+def test_decoder_modes_follow_what_each_path_declares(fp32):
+    """The core asks a path what it is, never its name: every registered path's beam-state mode and prompt-tail
+    replay are its class's `keeps_ancestry` / `replays_prompt_tail`, and a new path class that declares them is
+    treated so without any list in the core to edit."""
+    from artifact.model.beam_state import beam_state_mode
+    from artifact.paths import PATHS, UnavailablePath, get_path
+    from artifact.reference import ReferenceFullStatePath
+    expect_ancestry, expect_tail = {"onela", "reference_replay"}, {"vllm_prefix_replay"}
+    for name in PATHS:
+        path = get_path(name)
+        assert not isinstance(path, UnavailablePath), path.reason
+        assert beam_state_mode(path) == ("ancestry" if name in expect_ancestry else "copy"), name
+        assert path.replays_prompt_tail == (name in expect_tail), name
+
+    class NewAncestryPath(ReferenceFullStatePath):
+        name = "a_new_path"
+        keeps_ancestry = True
+    assert beam_state_mode(NewAncestryPath()) == "ancestry"
+    m, ps = fp32
+    for name, mode in (("reference_replay", "ancestry"), ("reference_fullstate", "copy")):
+        d = BeamDecoder(m, name, R, W, T, L)
+        assert d.tree.mode == mode and not d.uses_tail, name
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_ancestry_and_copy_state_modes_decode_identically(dtype):
     """Conv windows and decode KV through the ancestry index (no copies) == per-beam copies, bit for bit."""

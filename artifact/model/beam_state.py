@@ -19,13 +19,12 @@ import torch
 from artifact.ancestry import advance
 
 MODES = ("ancestry", "copy")
-# Paths whose conv / attention decode state follows the beam tree through ancestry (no copies); every other
-# path keeps per-beam copies, as a serving framework does.
-ANCESTRY_PATHS = frozenset({"onela", "reference_replay"})
 
 
-def beam_state_mode(path: str) -> str:
-    return "ancestry" if path in ANCESTRY_PATHS else "copy"
+def beam_state_mode(path) -> str:
+    """The mode of a path (an artifact.paths.DecodePath): ancestry where the path declares `keeps_ancestry`,
+    else per-beam copies, as a serving framework keeps them."""
+    return "ancestry" if path.keeps_ancestry else "copy"
 
 
 def gather_beams(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

@@ -107,6 +107,7 @@ class OneLAPath(StepperPath):
 
     name = "onela"
     stepper_cls = OneLAStepper
+    keeps_ancestry = True
 
     def supports(self, geometry, shape, device):
         return kernel_supports("onela", geometry, device) or \
