@@ -123,12 +123,6 @@ class ConvHistory:
         else:
             self.window = list(kept)
 
-    def nbytes(self) -> int:
-        """What the mode keeps: ancestry T slots, copy one P-entry window per beam."""
-        n = len(self.slots) if self.tree.mode == "ancestry" else self.P
-        R, W, C = self.shape
-        return n * R * W * C * self.dtype.itemsize
-
 
 class KvHistory:
     """Decode-time keys and values of every beam of one attention layer (the prompt KV is shared, not here)."""
@@ -156,6 +150,3 @@ class KvHistory:
         self.k[:, :, t] = k
         self.v[:, :, t] = v
         return self.k[:, :, : t + 1], self.v[:, :, : t + 1]
-
-    def nbytes(self) -> int:
-        return 2 * self.k.numel() * self.k.element_size()

@@ -211,7 +211,3 @@ class BeamDecoder:
 
     def written_bytes(self) -> int:
         return int(sum(st.written_bytes() for st in self.steppers))
-
-    def history_bytes(self) -> int:
-        """Conv windows and decode KV the pipeline keeps for the beams (not recurrent state)."""
-        return int(sum(h.nbytes() for h in self.conv) + sum(h.nbytes() for h in self.kv))
