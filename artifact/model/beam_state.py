@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import torch
 
-from artifact.ancestry import advance
+from artifact.ancestry import advance, gather_beams
 
 MODES = ("ancestry", "copy")
 
@@ -25,12 +25,6 @@ def beam_state_mode(path) -> str:
     """The mode of a path (an artifact.paths.DecodePath): ancestry where the path declares `keeps_ancestry`,
     else per-beam copies, as a serving framework keeps them."""
     return "ancestry" if path.keeps_ancestry else "copy"
-
-
-def gather_beams(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """x [R, W, ...], idx [R, W] -> x[r, idx[r, b], ...] (a new tensor)."""
-    index = idx.long().reshape(*idx.shape, *([1] * (x.dim() - 2))).expand(*idx.shape, *x.shape[2:])
-    return torch.gather(x, 1, index)
 
 
 def window(h) -> torch.Tensor:
