@@ -37,7 +37,7 @@ from artifact.timing import Timing
 # 1,085,440 B), rounded to the FlashInfer GDN prefill checkpoint alignment 64: 64 * ceil(1085440 / (64 *
 # 2048)) = 576 (vllm/platforms/interface.py _align_hybrid_block_size, v1/attention/backends/gdn_attn.py).
 VLLM_ALIGN_BLOCK_QWEN3_5_0_8B = 576
-# The decoy prompt's seed offset: its tokens differ from every real prompt's of the same seed.
+# The decoy prompt's seed offset: its tokens are not the real prompt's of the same seed.
 DECOY_SEED_OFFSET = 1_000_003
 
 
