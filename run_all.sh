@@ -146,7 +146,7 @@ gpu_suites() {  # every suite into $RUN_DIR; on several GPUs each suite but traf
   local n launch=()
   n=$(gpu_count)
   # one job per GPU, each a shard of the suite's shapes; the shards' tables merge when all have ended and
-  # their side tables (full_model_recurrent.csv, beam_scaling_*.csv) take whole lines from each
+  # their side tables (beam_scaling_*.csv) take whole lines from each
   [ "$n" -gt 1 ] && launch=(-m launcher=joblib_gpus shard.count="$n")
   local on=""; [ "$n" -gt 1 ] && on=", sharded over $n GPUs"
   stage "operator suite, 405 shapes x every path (Fig 7)$on" "$(expected operator 'not measured') on one GPU" \

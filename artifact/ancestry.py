@@ -8,6 +8,12 @@ from __future__ import annotations
 import torch
 
 
+def gather_beams(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """x [R, W, ...], idx [R, W] -> x[r, idx[r, b], ...] (a new tensor): each beam takes the row its index names."""
+    index = idx.long().reshape(*idx.shape, *([1] * (x.dim() - 2))).expand(*idx.shape, *x.shape[2:])
+    return torch.gather(x, 1, index)
+
+
 def advance(table: torch.Tensor, parents_t: torch.Tensor, t: int) -> torch.Tensor:
     """Ancestry table of step t from that of step t-1: a gather of indices, never of records.
 

@@ -50,6 +50,12 @@ class DecodePath(abc.ABC):
     # ProjectionReplay, RecordReplay, TokenReplay, each with the matrix rate of its arithmetic): its cost() and so
     # every floor, FLOP count and arithmetic intensity of its rows. None: the path does not model itself.
     algorithm: Algorithm | None = None
+    # What the path is, where the core treats kinds of path differently; each path class declares its own, so
+    # the core keeps no lists of path names.
+    keeps_ancestry: bool = False      # its beams read their history through the ancestry index and never copy
+                                      # it (OneLA): the full model's conv windows and decode KV do the same
+    replays_prompt_tail: bool = False  # its steppers start from the last prompt-block checkpoint and replay the
+                                       # prompt tail after it (vLLM align-mode prefix caching): reset gets `tail`
 
     def supports(self, geometry, shape, device) -> str | None:
         """None if this path can run the cell, else the reason it cannot (recorded as a skip)."""

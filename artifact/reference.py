@@ -1,6 +1,7 @@
 """The exact references every path is checked against (docs/design.md §1-§2): plain torch, no custom kernels.
 
-`fullstate_decode` keeps one [V, K] state per beam and copies the parent's state to each child every step.
+`fullstate_decode` keeps one [V, K] state per beam and copies the parent's state to each child every step; its
+update is the one GDN step (artifact.gdn.gdn_step).
 `replay_decode` computes the same outputs by projection replay (paper §3.2) through the ancestry index,
 never forming a per-beam state. Both return o as [T, R, W, HV, V].
 """
@@ -10,12 +11,13 @@ import contextlib
 
 import torch
 
-from artifact.ancestry import AncestryIndex
+from artifact.ancestry import AncestryIndex, gather_beams
 from artifact.ancestry import build as build_ancestry
 from artifact.cost import FullState, ProjectionReplay
+from artifact.gdn import gdn_step, normed_qk, per_value_head
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
-from artifact.workload import Geometry, Workload, l2norm
+from artifact.workload import Geometry, Workload
 
 
 @contextlib.contextmanager
@@ -30,26 +32,13 @@ def full_precision():
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = old
 
 
-def normed_qk(q, k, geo: Geometry, dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """q-hat = l2norm(q) K^-1/2 and k-hat = l2norm(k), per key head, in `dtype`."""
-    return l2norm(q.to(dtype)) * geo.k ** -0.5, l2norm(k.to(dtype))
-
-
-def _per_value_head(x: torch.Tensor, geo: Geometry) -> torch.Tensor:
-    """[..., HK, K] -> [..., HV, K]: value head hv uses key head hv // (HV / HK)."""
-    return x.repeat_interleave(geo.group, dim=-2)
-
-
 def fullstate_update(S, q, k, v, g, beta, geo: Geometry, dt):
-    """One GDN step of per-beam states S [R, W, HV, V, K] in `dt` (docs/design.md §1): the new states and
-    o [R, W, HV, V]. The one update of both FullState references (per step, and along ancestry chains)."""
-    qh, kh = normed_qk(q, k, geo, dt)
-    qh, kh = _per_value_head(qh, geo), _per_value_head(kh, geo)     # [R, W, HV, K]
-    alpha = torch.exp(g.to(dt))
-    pred = alpha[..., None] * torch.einsum("rwhvk,rwhk->rwhv", S, kh)
-    delta = beta.to(dt)[..., None] * (v.to(dt) - pred)
-    S = alpha[..., None, None] * S + delta[..., None] * kh[..., None, :]
-    return S, torch.einsum("rwhvk,rwhk->rwhv", S, qh)
+    """One GDN step (artifact.gdn.gdn_step) of per-beam states S [R, W, HV, V, K] in `dt` from raw inputs:
+    the new states and o [R, W, HV, V]. The one update of both FullState references (per step, and along
+    ancestry chains)."""
+    qh, kh = normed_qk(q, k, dt)
+    qh, kh = per_value_head(qh, geo.group), per_value_head(kh, geo.group)     # [R, W, HV, K]
+    return gdn_step(S, torch.exp(g.to(dt)), beta.to(dt), kh, v.to(dt), qh)
 
 
 class TorchFullStateStepper(Stepper):
@@ -74,7 +63,7 @@ class TorchFullStateStepper(Stepper):
         if t == 0:
             S = self.s_ctx.to(dt)[:, None].expand(self.R, self.W, geo.hv, geo.v, geo.k)
         else:
-            S = _gather_beams(self.S, parents)                    # each child gets its parent's state
+            S = gather_beams(self.S, parents)                     # each child gets its parent's state
         self.S, o = fullstate_update(S, q, k, v, g, beta, geo, dt)
         out.copy_(o)
         return out
@@ -109,16 +98,16 @@ class TorchReplayStepper(Stepper):
         geo, dt, store = self.geometry, self.dtype, self.store
         if t > 0:
             self.anc.advance(parents)
-        qh_k, kh_k = normed_qk(q, k, geo, dt)
-        qh, kh = _per_value_head(qh_k, geo), _per_value_head(kh_k, geo)     # [R, W, HV, K]
+        qh_k, kh_k = normed_qk(q, k, dt)
+        qh, kh = per_value_head(qh_k, geo.group), per_value_head(kh_k, geo.group)     # [R, W, HV, K]
         s_ctx = self.s_ctx.to(dt)
         uq = torch.einsum("rhvk,rwhk->rwhv", s_ctx, qh)
         uk = torch.einsum("rhvk,rwhk->rwhv", s_ctx, kh)
         for j in range(t):
             slot = self.anc.table[:, :, j]
-            a_j = _gather_beams(store.alpha[j], slot).to(dt)[..., None]         # [R, W, HV, 1]
-            d_j = _gather_beams(store.delta[j], slot).to(dt)                    # [R, W, HV, V]
-            k_j = _per_value_head(_gather_beams(store.khat[j], slot).to(dt), geo)
+            a_j = gather_beams(store.alpha[j], slot).to(dt)[..., None]          # [R, W, HV, 1]
+            d_j = gather_beams(store.delta[j], slot).to(dt)                     # [R, W, HV, V]
+            k_j = per_value_head(gather_beams(store.khat[j], slot).to(dt), geo.group)
             uq = a_j * uq + d_j * (k_j * qh).sum(-1, keepdim=True)
             uk = a_j * uk + d_j * (k_j * kh).sum(-1, keepdim=True)
         alpha = torch.exp(g.to(dt))[..., None]
@@ -191,10 +180,6 @@ def fullstate_chains(wl: Workload, beams: int, dtype=torch.float32) -> torch.Ten
     return o
 
 
-def _gather_beams(x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
-    """x: [R, W, ...], slot: [R, W] -> x[r, slot[r, b], ...]."""
-    idx = slot.long().reshape(*slot.shape, *([1] * (x.dim() - 2))).expand(*slot.shape, *x.shape[2:])
-    return torch.gather(x, 1, idx)
 
 
 def replay_decode(wl: Workload, dtype=torch.float64, store: GtrStore | None = None) -> torch.Tensor:
@@ -218,5 +203,6 @@ class ReferenceReplayPath(StepperPath):
     name = "reference_replay"
     algorithm = ProjectionReplay()
     capturable = False
+    keeps_ancestry = True
     stepper_cls = TorchReplayStepper
     out_dtype = torch.float32

@@ -17,6 +17,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from artifact.gdn import gdn_step, normed_qk, per_value_head
+
 LINEAGES = ("beam", "identity", "single_parent", "reversed")
 
 
@@ -206,11 +208,6 @@ def _head_params(gen: torch.Generator, hv: int, device):
     return A, dt_bias
 
 
-def l2norm(x: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """x / sqrt(sum x^2 + eps), the frameworks' use_qk_l2norm_in_kernel convention (docs/design.md §1)."""
-    return x * torch.rsqrt((x * x).sum(-1, keepdim=True) + eps)
-
-
 def prefill_state(k_ctx, v_ctx, g_ctx, beta_ctx, dtype=torch.float32) -> torch.Tensor:
     """Run the GDN recurrence over a prompt from a zero state; inputs [L, R, H, D]; returns [R, HV, V, K].
 
@@ -218,15 +215,10 @@ def prefill_state(k_ctx, v_ctx, g_ctx, beta_ctx, dtype=torch.float32) -> torch.T
     """
     L, R, hk, K = k_ctx.shape
     hv, V = v_ctx.shape[2], v_ctx.shape[3]
-    grp = hv // hk
     S = torch.zeros(R, hv, V, K, dtype=dtype, device=k_ctx.device)
     for i in range(L):
-        kh = l2norm(k_ctx[i].to(dtype)).repeat_interleave(grp, dim=1)      # [R, HV, K]
-        alpha = torch.exp(g_ctx[i].to(dtype))[..., None, None]              # [R, HV, 1, 1]
-        S = S * alpha
-        pred = torch.einsum("rhvk,rhk->rhv", S, kh)
-        delta = beta_ctx[i].to(dtype)[..., None] * (v_ctx[i].to(dtype) - pred)
-        S = S + delta[..., None] * kh[:, :, None, :]
+        kh = per_value_head(normed_qk(None, k_ctx[i], dtype)[1], hv // hk)      # [R, HV, K]
+        S, _ = gdn_step(S, torch.exp(g_ctx[i].to(dtype)), beta_ctx[i].to(dtype), kh, v_ctx[i].to(dtype))
     return S
 
 

@@ -45,9 +45,9 @@ import inspect
 import torch
 
 from artifact.cost import FullState
+from artifact.gdn import gdn_step, normed_qk, per_value_head
 from artifact.limits import CUDA_GRID_YZ_MAX, grid_reason, memory_reason
 from artifact.paths import Stepper, StepperPath
-from artifact.workload import l2norm
 from baselines import _common, _load
 
 KERNEL_MODULE = "tensorrt_llm._torch.modules.fla.fused_sigmoid_gating_recurrent"
@@ -83,14 +83,12 @@ def _takes_output(fn) -> bool:
         return False
 
 
-def _one_step(S_vk, q, k, v, alpha, beta, geo):
-    """Reference decode of one token from S [HV, V, K] (fp32), docs/design.md §1."""
-    qh = (l2norm(q.float()) * geo.k ** -0.5).repeat_interleave(geo.group, dim=0)
-    kh = l2norm(k.float()).repeat_interleave(geo.group, dim=0)
-    S = alpha * S_vk
-    delta = beta * (v.float() - torch.einsum("hvk,hk->hv", S, kh))
-    S = S + delta[..., None] * kh[:, None, :]
-    return torch.einsum("hvk,hk->hv", S, qh)
+def _one_step(S_vk, q, k, v, alpha: float, beta: float, geo):
+    """Reference decode of one token from S [HV, V, K] (fp32): artifact.gdn.gdn_step."""
+    qh, kh = normed_qk(q, k, torch.float32)
+    full = lambda x: torch.full((geo.hv,), x, dtype=torch.float32, device=S_vk.device)  # noqa: E731
+    return gdn_step(S_vk, full(alpha), full(beta), per_value_head(kh, geo.group), v.float(),
+                    per_value_head(qh, geo.group))[1]
 
 
 def probe_state_layout(fn, geometry, device) -> str:

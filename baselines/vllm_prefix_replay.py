@@ -242,6 +242,7 @@ class VllmPrefixReplayPath(StepperPath):
     name = "vllm_prefix_replay"
     stepper_cls = VllmPrefixReplayStepper
     algorithm = TokenReplay()
+    replays_prompt_tail = True
     replay_tail_len = 0      # the operator suite decodes from s_ctx with no prompt tail (reset(..., tail=None))
 
     def supports(self, geometry, shape, device):

@@ -142,7 +142,7 @@ def fold_rerun(results_dir: Path, suite: str, rerun_dir: Path, keep_paths: tuple
     package the re-run machine lacked). Rows of runs the table already holds -- a copied table's old rows, or a
     re-run folded before -- are left alone, so folding is idempotent and never brings an old row back. The env
     records (env/<run_id>.json, .wall.json) of every run whose rows came in are copied beside the table.
-    A side table of the suite (<suite>_*.csv beside it, rows keyed by config_hash, e.g. full_model_recurrent.csv)
+    A side table of the suite (<suite>_*.csv beside it, rows keyed by config_hash, e.g. beam_scaling_steps.csv)
     follows its rows: the re-run's side rows of every folded config_hash replace the table's (none: the old side
     row goes with its superseded row).
     Both tables are read whole (an invalid line refuses the fold, naming it; the re-run's torn last line is

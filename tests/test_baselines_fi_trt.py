@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 import torch
 
+from artifact.gdn import l2norm
 from artifact.measure import check_and_time
 from artifact.paths import get_path
 from artifact.reference import fullstate_decode
-from artifact.workload import GEOMETRIES, LINEAGES, Geometry, Shape, l2norm, make_workload
+from artifact.workload import GEOMETRIES, LINEAGES, Geometry, Shape, make_workload
 from baselines import flashinfer_fullstate as fi, pack, ship_parts, trtllm_fullstate as trt
 
 BASELINES = Path(fi.__file__).resolve().parent

@@ -16,10 +16,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from artifact.gdn import l2norm
 from artifact.measure import DEFAULT_TOLERANCE, check_and_time, max_abs_err
 from artifact.paths import StepperPath, UnavailablePath, get_path
 from artifact.reference import fullstate_decode, full_precision
-from artifact.workload import LINEAGES, Geometry, Shape, l2norm, make_workload
+from artifact.workload import LINEAGES, Geometry, Shape, make_workload
 from baselines import _load
 
 REPO = Path(__file__).resolve().parent.parent

@@ -14,10 +14,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from artifact.gdn import l2norm
 from artifact.measure import check_and_time
 from artifact.paths import UnavailablePath, get_path
 from artifact.reference import fullstate_decode
-from artifact.workload import LINEAGES, Geometry, Shape, l2norm, make_workload
+from artifact.workload import LINEAGES, Geometry, Shape, make_workload
 from baselines import _common
 
 REPO = Path(__file__).resolve().parent.parent

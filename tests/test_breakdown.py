@@ -291,6 +291,21 @@ def test_a_cell_whose_attribution_fails_keeps_its_traces_and_the_run_goes_on(tmp
     assert len(list(out.rglob("eager_trace.json.gz"))) == 2 and not (out / tool.CSV_NAME).exists()
 
 
+def test_a_cell_that_fails_the_gate_is_recorded_and_not_broken_down(tmp_path):
+    """The breakdown takes the full_model suite's measurement: a decode over the gate's tolerance is a failed
+    cell (its reason in the env record), never timed or attributed; a tolerance that is no number is refused."""
+    from tools import decode_breakdown as tool
+    out = tmp_path / "res"
+    assert tool.main(["--cpu", "--out", str(out), "--paths", "reference_fullstate", "--R", "2", "--W", "4",
+                      "--prompts", "9", "--O", "2", "--tolerance", "1e-30"]) == 1
+    rec = json.loads(next((out / "env").glob("*.json")).read_text())
+    (cell,) = rec["cells"]
+    assert cell["error"].startswith("GateFailed: max_abs_err") and "> tolerance 1.000e-30" in cell["error"]
+    assert not (out / tool.CSV_NAME).exists()
+    with pytest.raises(SystemExit):
+        tool.parse_args(["--tolerance", "0"])
+
+
 # ---- figure and REPORT section ----
 
 def fake_rows(run_id="fake-run"):

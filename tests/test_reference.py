@@ -61,3 +61,30 @@ def test_chained_fullstate_equals_the_per_step_reference(lineage, beams):
         got = fullstate_decode(wl, dtype, beams=beams)
         assert got.dtype == dtype and torch.allclose(got, ref, rtol=0, atol=atol)
     assert fullstate_decode(wl, beams=wl.W).equal(fullstate_decode(wl))      # a block of every beam: per step
+
+
+def test_prefill_fullstate_reference_and_model_recurrence_take_one_gdn_step():
+    """The workload's prefill, the FullState reference's update and the model's token-by-token GDN are one step
+    (artifact.gdn.gdn_step): over the same tokens from the same state they reach bit-identical fp32 states, and
+    the TRT-LLM adapter's layout probe decodes one token as the reference does."""
+    from artifact.model.gdn_chunk import recurrent_gated_delta
+    from artifact.reference import fullstate_update
+    from artifact.workload import prefill_state
+    from baselines.trtllm_fullstate import _one_step
+    geo, L, R = Geometry(2, 4, 16, 8), 7, 3
+    gen = torch.Generator().manual_seed(11)
+    q, k = (torch.randn(L, R, geo.hk, geo.k, generator=gen).bfloat16() for _ in range(2))
+    v = torch.randn(L, R, geo.hv, geo.v, generator=gen).bfloat16()
+    g, beta = -torch.rand(L, R, geo.hv, generator=gen), torch.rand(L, R, geo.hv, generator=gen)
+    s_prefill = prefill_state(k, v, g, beta)
+    S = torch.zeros(R, 1, geo.hv, geo.v, geo.k)
+    for i in range(L):
+        S, o = fullstate_update(S, q[i][:, None], k[i][:, None], v[i][:, None], g[i][:, None], beta[i][:, None],
+                                geo, torch.float32)
+    _, s_model = recurrent_gated_delta(*(x.transpose(0, 1) for x in (q, k, v, g, beta)))
+    assert torch.equal(S[:, 0], s_prefill) and torch.equal(s_model, s_prefill)
+    half = torch.full((1, 1, geo.hv), 0.5)
+    _, o = fullstate_update(s_prefill[:1, None], q[0, :1, None], k[0, :1, None], v[0, :1, None], half.log(), half,
+                            geo, torch.float32)
+    probe = _one_step(s_prefill[0], q[0, 0], k[0, 0], v[0, 0], 0.5, 0.5, geo)
+    assert torch.allclose(probe, o[0, 0], rtol=0, atol=1e-6)

@@ -250,7 +250,7 @@ def _append_many(path, i):
 
 
 def test_shards_appending_to_one_side_table_never_interleave(tmp_path):
-    """The shards of a suite append to its side tables (full_model_recurrent.csv, beam_scaling_steps.csv) at
+    """The shards of a suite append to its side tables (beam_scaling_steps.csv, beam_scaling_width.csv) at
     once: one header, every line whole, none lost."""
     import multiprocessing
     path = tmp_path / "side.csv"

@@ -601,7 +601,7 @@ def test_gpu_recurrent_path_cells_are_timed_with_floors(tmp_path):
 
 
 def test_committed_side_rows_belong_to_their_cells_runs():
-    """Every row of a committed side table (beam_scaling_steps.csv, beam_scaling_width.csv, full_model_recurrent.csv)
+    """Every row of a committed side table (beam_scaling_steps.csv, beam_scaling_width.csv)
     has its cell's row in the suite's table, from the same run: a side row left behind by a superseded run fails."""
     from sweeps.tables import _side_tables
     results = REPO / "results"

@@ -3,10 +3,12 @@
 to exercise the plumbing, with no timing).
 
 Per path (default onela and controlled_fullstate) and prompt length (default 1K and 5K), at R=4, W=256, O=5 on
-the Qwen3.5-0.8B geometry with seeded random weights -- a Fig 6 cell, built as sweeps.suites.full_model builds it
-(the same seeded prompts, torch.compile'd blocks, one CUDA graph per decode call):
-1. gate: one graph-replayed search with poisoned stepper outputs, every GDN layer's outputs against FP32
-   FullState (artifact.model.check) -- recorded as max_abs_err;
+the Qwen3.5-0.8B geometry with seeded random weights -- a Fig 6 cell, measured as the full_model suite measures
+it (artifact.model.cell: the same model and seeded prompts, torch.compile'd blocks, one CUDA graph per decode
+call, captured on the decoy prompt):
+1. gate: one graph-replayed search on the real prompt with poisoned stepper outputs, every GDN layer's outputs
+   against FP32 FullState (artifact.model.check) at `--tolerance`, recorded as max_abs_err; a cell that fails
+   it is recorded as failed (its error in the env record) and neither timed nor broken down;
 2. the "total" row: the search timed as Fig 6 times it (artifact.model.graphs.time_decode: CUDA events around
    each call's graph replay, median of `--repeats` searches), per decode call;
 3. the components: artifact.model.breakdown (torch.profiler over one eager and one graph-replayed search, each
@@ -57,6 +59,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--repeats", type=int, default=10, help="timed searches behind the total row")
     ap.add_argument("--warmup", type=int, default=2)
+    ap.add_argument("--tolerance", type=float, default=None,
+                    help="the gate's max |o - o_fp32| (default: the suites' default tolerance)")
     ap.add_argument("--compile", choices=("auto", "on", "off"), default="auto",
                     help="torch.compile the non-recurrent blocks (auto: on a GPU, as Fig 6)")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU (the tiny model; no timing)")
@@ -67,6 +71,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.O < 2:
         ap.error("--O must be >= 2 (at least one decode call)")
+    if args.tolerance is not None and not 0 < args.tolerance < float("inf"):
+        ap.error(f"--tolerance must be a positive finite number, got {args.tolerance}")
     return args
 
 
@@ -121,27 +127,27 @@ def _keep_traces(traces: dict, trace_dir: Path) -> None:
             json.dump(trace, f)
 
 
-def measure_cell(model, model_name: str, ps, path: str, R: int, W: int, T: int, prompt_len: int, args, ceilings,
-                 compile: bool, trace_dir: Path, keep_traces: bool = False):
-    """(rows, summary, kernel table) of one cell; the profiler traces go to `trace_dir` when the attribution
-    fails or `keep_traces` asks."""
+class GateFailed(RuntimeError):
+    """A cell whose decode failed the FP32 FullState gate: recorded, never timed or broken down."""
+
+
+def measure_cell(inputs, model, model_name: str, path: str, R: int, W: int, T: int, prompt_len: int, args,
+                 ceilings, compile: bool, trace_dir: Path, keep_traces: bool = False):
+    """(rows, summary, kernel table) of one cell, from the full_model suite's measurement (artifact.model.cell);
+    the profiler traces go to `trace_dir` when the attribution fails or `keep_traces` asks."""
+    from artifact.measure import DEFAULT_TOLERANCE
     from artifact.model.breakdown import breakdown, kernel_table, per_call
-    from artifact.model.check import poison, stepper_max_abs_err
+    from artifact.model.cell import gated_decode
     from artifact.model.cost import component_costs, decode_floor
-    from artifact.model.decode import BeamDecoder
-    from artifact.model.graphs import capture, time_decode
     from artifact.paths import get_path
     on_gpu = model.device.type == "cuda"
     t0 = time.perf_counter()
-    dec = BeamDecoder(model, path, R, W, T, prompt_len, compile=compile)
-    dec.load_prompt(ps)
-    graphs = on_gpu and getattr(get_path(path), "capturable", True)
-    if graphs:
-        capture(dec)
-    poison(dec)
-    result = dec.run(use_graphs=graphs)
-    err = stepper_max_abs_err(dec, result)
-    timing = time_decode(dec, args.repeats, args.warmup) if on_gpu else None
+    tolerance = DEFAULT_TOLERANCE if args.tolerance is None else args.tolerance
+    gated = gated_decode(inputs, model, path, R, W, T, prompt_len, args.seed, tolerance, compile=compile)
+    if not gated.passed:
+        raise GateFailed(gated.reason)
+    dec, graphs, result, err = gated.decoder, gated.graphs, gated.result, gated.max_abs_err
+    timing = gated.time(args.repeats, args.warmup) if on_gpu else None
     traces: dict = {}
     try:
         lab, eager = breakdown(dec, graphs, traces)
@@ -192,11 +198,9 @@ def _print_cell(rows: list[dict]) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from artifact.measure import free_device_memory, measure_ceilings
-    from artifact.model.config import get_model_config
-    from artifact.model.network import HybridModel
-    from artifact.model.prefill import prefill, random_prompts
+    from artifact.model.cell import FullModelInputs
     from artifact.results import append_csv, git_commit, write_env
-    from sweeps.suites.full_model import VLLM_ALIGN_BLOCK_QWEN3_5_0_8B, private_inductor_cache
+    from sweeps.suites.full_model import private_inductor_cache
     on_gpu = not args.cpu
     if not on_gpu:          # Triton decides at import whether to interpret: before any kernels module loads
         os.environ.setdefault("TRITON_INTERPRET", "1")
@@ -216,17 +220,15 @@ def main(argv=None) -> int:
                        "search)", "cells": []}
     write_env(env_path, extra)
     model_name = args.model or ("qwen3_5_0_8b" if on_gpu else "tiny")
-    cfg = get_model_config(model_name)
-    model = HybridModel.random(cfg, seed=args.seed, dtype=torch.bfloat16, device=device)
+    inputs = FullModelInputs(device)
+    model = inputs.model(model_name, args.seed)
     T, failed = args.O - 1, 0
     for prompt_len in args.prompts:
-        toks = random_prompts(args.R, prompt_len, cfg.vocab_size, args.seed, device)
-        ps = prefill(model, toks, replay_block=VLLM_ALIGN_BLOCK_QWEN3_5_0_8B)
         for path in args.paths:
             cell = f"{path}_L{prompt_len}_O{args.O}"
             try:
                 rows, summary, table = measure_cell(
-                    model, model_name, ps, path, args.R, args.W, T, prompt_len, args, ceilings, compile,
+                    inputs, model, model_name, path, args.R, args.W, T, prompt_len, args, ceilings, compile,
                     out / "full_model_breakdown" / run_id / f"{cell}_traces", args.keep_traces)
             except Exception as e:  # noqa: BLE001 - recorded; the other cells still run
                 traceback.print_exc()
@@ -249,8 +251,6 @@ def main(argv=None) -> int:
             for note in summary["notes"][:12]:
                 print(f"  note: {note}", flush=True)
             free_device_memory(device)
-        del ps
-        free_device_memory(device)
     extra["wall_s"] = round(time.perf_counter() - t_start, 1)
     write_env(env_path, extra)
     print(f"\n[decode_breakdown] {out / CSV_NAME}, {env_path} ({extra['wall_s']} s; {failed} cell(s) failed)",

@@ -8,8 +8,8 @@ gdn_chunk   chunked + token-by-token GDN             prefill     PromptState (S_
 attention   shared-prompt decode attention           beam_state  conv windows / decode KV: ancestry or copies
 beam        top-W selection, BeamResult              decode      BeamDecoder (one path's pipeline)
 blocks      the non-recurrent ops (eager / compiled) check       GDN outputs vs FP32 FullState
-graphs      CUDA-graph capture and GPU timing        fig6_table  the printed Figure 6 table
-native_vllm why vLLM's own beam search cannot run    safetensors_io  minimal safetensors reader / writer
+graphs      CUDA-graph capture and GPU timing        cell        one Fig 6 cell: model, prompts, gated decode
+safetensors_io  minimal safetensors reader / writer
 cost        the decode's floor, per component         regions     profiler ranges of a call's parts -> components
 breakdown   a call's device time per component (profiler attribution, graph replay through eager twins)
 """

@@ -16,22 +16,15 @@ from __future__ import annotations
 
 import torch
 
-from artifact.ancestry import advance
+from artifact.ancestry import advance, gather_beams
 
 MODES = ("ancestry", "copy")
-# Paths whose conv / attention decode state follows the beam tree through ancestry (no copies); every other
-# path keeps per-beam copies, as a serving framework does.
-ANCESTRY_PATHS = frozenset({"onela", "reference_replay"})
 
 
-def beam_state_mode(path: str) -> str:
-    return "ancestry" if path in ANCESTRY_PATHS else "copy"
-
-
-def gather_beams(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """x [R, W, ...], idx [R, W] -> x[r, idx[r, b], ...] (a new tensor)."""
-    index = idx.long().reshape(*idx.shape, *([1] * (x.dim() - 2))).expand(*idx.shape, *x.shape[2:])
-    return torch.gather(x, 1, index)
+def beam_state_mode(path) -> str:
+    """The mode of a path (an artifact.paths.DecodePath): ancestry where the path declares `keeps_ancestry`,
+    else per-beam copies, as a serving framework keeps them."""
+    return "ancestry" if path.keeps_ancestry else "copy"
 
 
 def window(h) -> torch.Tensor:
@@ -124,12 +117,6 @@ class ConvHistory:
         else:
             self.window = list(kept)
 
-    def nbytes(self) -> int:
-        """What the mode keeps: ancestry T slots, copy one P-entry window per beam."""
-        n = len(self.slots) if self.tree.mode == "ancestry" else self.P
-        R, W, C = self.shape
-        return n * R * W * C * self.dtype.itemsize
-
 
 class KvHistory:
     """Decode-time keys and values of every beam of one attention layer (the prompt KV is shared, not here)."""
@@ -157,6 +144,3 @@ class KvHistory:
         self.k[:, :, t] = k
         self.v[:, :, t] = v
         return self.k[:, :, : t + 1], self.v[:, :, : t + 1]
-
-    def nbytes(self) -> int:
-        return 2 * self.k.numel() * self.k.element_size()

@@ -157,7 +157,7 @@ def decode_floor(model, path_obj, R: int, W: int, T: int, prompt_len: int, paren
     """{"compulsory_bytes", "flops", and with ceilings "floor_ms", "floor_bound"} of one search's T calls, the
     model part in the path's beam-state mode. The compute time sums the two parts at their own rates
     (artifact.measure.floor_ms)."""
-    m_bytes, m_flops = model_part(model, R, W, T, prompt_len, beam_state_mode(path_obj.name))
+    m_bytes, m_flops = model_part(model, R, W, T, prompt_len, beam_state_mode(path_obj))
     rec = recurrent_part(path_obj, model, R, W, T, parents, tail_len)
     if rec is None:
         return {}
@@ -176,7 +176,7 @@ def component_costs(model, path_obj, R: int, W: int, T: int, prompt_len: int, pa
     model itself). Their bytes and FLOPs sum to decode_floor's."""
     rate = RATE_OF_DTYPE.get(model.dtype, "tf32_flop_per_s")
     out = {c: {"compulsory_bytes": b, "flops": f, "rate": rate}
-           for c, (b, f) in model_components(model, R, W, T, prompt_len, beam_state_mode(path_obj.name)).items()}
+           for c, (b, f) in model_components(model, R, W, T, prompt_len, beam_state_mode(path_obj)).items()}
     rec = recurrent_part(path_obj, model, R, W, T, parents, tail_len)
     if rec is not None:
         out["gdn_recurrent"] = dict(rec)

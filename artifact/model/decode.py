@@ -2,8 +2,9 @@
 
 One pipeline for every path; only the GDN recurrent state differs (the path's Stepper, one per GDN layer, from
 `artifact.paths.make_stepper`), plus how the pipeline's own conv windows and decode KV follow the beam tree
-(`beam_state`: through ancestry for OneLA, by per-beam copies for the FullState / vLLM paths). vllm_prefix_replay's
-steppers start from the last prompt-block checkpoint and replay the prompt tail (paper §2.3).
+(`beam_state`: through ancestry where the path declares `keeps_ancestry` (OneLA), else by per-beam copies). The
+steppers of a path that declares `replays_prompt_tail` (vllm_prefix_replay) start from the last prompt-block
+checkpoint and replay the prompt tail (paper §2.3).
 
 `forward(t)` is decode call t's whole model forward (embedding -> 24 layers incl. state maintenance -> final
 norm -> LM head logits) and is what a CUDA graph captures, one graph per t (static shapes); call 0 also resets
@@ -32,10 +33,7 @@ from artifact.model.layers import rotary_cos_sin
 from artifact.model.network import HybridModel
 from artifact.model.prefill import PromptState
 from artifact.model.regions import CALL, region
-from artifact.paths import make_stepper
-
-# Paths whose steppers start from the prompt-block checkpoint plus the prompt tail (vLLM align-mode caching).
-PROMPT_TAIL_PATHS = frozenset({"vllm_prefix_replay"})
+from artifact.paths import get_path, make_stepper
 
 
 class BeamDecoder:
@@ -48,8 +46,9 @@ class BeamDecoder:
         if W > cfg.vocab_size:
             raise ValueError(f"BeamDecoder: W={W} beams exceed the vocabulary ({cfg.vocab_size})")
         self.model, self.path, self.R, self.W, self.T, self.prompt_len = model, path, R, W, T, prompt_len
-        self.tree = BeamTree(state_mode or beam_state_mode(path), R, W, T, dev)
-        self.uses_tail = path in PROMPT_TAIL_PATHS
+        kind = get_path(path)
+        self.tree = BeamTree(state_mode or beam_state_mode(kind), R, W, T, dev)
+        self.uses_tail = kind.replays_prompt_tail
         geo = cfg.geometry
         self.steppers = [make_stepper(path, geo, R, W, T, dev) for _ in cfg.gdn_layers]
         self.conv = [ConvHistory(self.tree, cfg.conv_dim, cfg.linear_conv_kernel_dim, dt, dev)
@@ -212,7 +211,3 @@ class BeamDecoder:
 
     def written_bytes(self) -> int:
         return int(sum(st.written_bytes() for st in self.steppers))
-
-    def history_bytes(self) -> int:
-        """Conv windows and decode KV the pipeline keeps for the beams (not recurrent state)."""
-        return int(sum(h.nbytes() for h in self.conv) + sum(h.nbytes() for h in self.kv))

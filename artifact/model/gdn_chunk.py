@@ -15,16 +15,13 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from artifact.workload import l2norm
+from artifact.gdn import gdn_step, normed_qk, per_value_head
 
 
 def _prep(q, k, v, g, beta, dtype):
-    hv = v.shape[2]
-    grp = hv // k.shape[2]
-    K = k.shape[-1]
-    qh = (l2norm(q.to(dtype)) * K ** -0.5).repeat_interleave(grp, dim=2)
-    kh = l2norm(k.to(dtype)).repeat_interleave(grp, dim=2)
-    return qh, kh, v.to(dtype), g.to(dtype), beta.to(dtype)
+    grp = v.shape[2] // k.shape[2]
+    qh, kh = normed_qk(q, k, dtype)
+    return per_value_head(qh, grp), per_value_head(kh, grp), v.to(dtype), g.to(dtype), beta.to(dtype)
 
 
 def _check(q, k, v, g, beta, initial_state):
@@ -40,7 +37,7 @@ def _check(q, k, v, g, beta, initial_state):
 
 
 def recurrent_gated_delta(q, k, v, g, beta, initial_state=None, dtype=torch.float32):
-    """Token-by-token GDN (the definition, docs/design.md §1); the oracle of `chunk_gated_delta`."""
+    """Token-by-token GDN (artifact.gdn.gdn_step, the definition); the oracle of `chunk_gated_delta`."""
     _check(q, k, v, g, beta, initial_state)
     qh, kh, v, g, beta = _prep(q, k, v, g, beta, dtype)
     B, L, hv, V = v.shape
@@ -48,10 +45,7 @@ def recurrent_gated_delta(q, k, v, g, beta, initial_state=None, dtype=torch.floa
         else initial_state.to(dtype).clone()
     o = torch.empty(B, L, hv, V, dtype=dtype, device=v.device)
     for i in range(L):
-        S = S * torch.exp(g[:, i])[..., None, None]
-        delta = beta[:, i, :, None] * (v[:, i] - torch.einsum("bhvk,bhk->bhv", S, kh[:, i]))
-        S = S + delta[..., None] * kh[:, i, :, None, :]
-        o[:, i] = torch.einsum("bhvk,bhk->bhv", S, qh[:, i])
+        S, o[:, i] = gdn_step(S, torch.exp(g[:, i]), beta[:, i], kh[:, i], v[:, i], qh[:, i])
     return o, S
 
 

@@ -108,6 +108,7 @@ class OneLAPath(StepperPath):
     name = "onela"
     stepper_cls = OneLAStepper
     algorithm = ProjectionReplay(rate=BF16)     # the S_ctx projections run as bf16 MMAs
+    keeps_ancestry = True
 
     def supports(self, geometry, shape, device):
         return kernel_supports("onela", geometry, device) or \

@@ -2,27 +2,24 @@
 
 `run_cells(cfg, cells, ctx)` is the `full_model` suite's cell runner (contract: sweeps.context), run by
 `python -m sweeps.run suite=full_model` (the Fig 6 grid: sweeps/conf/suite/full_model.yaml). Per cell
-(path, R, W, T, prompt_len, seed) on the Qwen3.5-0.8B geometry with seeded random weights:
-  1. prefill the R seeded prompts once per (prompt_len, seed) -- and a decoy prompt set;
-  2. build the path's BeamDecoder, capture its T per-call CUDA graphs while the *decoy* prompt is loaded, then
-     load the real prompt, poison every stepper output and replay one whole beam search on the graphs;
-  3. gate: every GDN layer's replayed stepper outputs vs the FP32 FullState reference on the same inputs and
-     lineage (artifact.model.check), against ctx.tolerance -- a failing cell is recorded and never timed;
-  4. time (artifact.model.graphs, through artifact.timing.time_events): latency_ms = decode-forward GPU time
-     summed over the T calls (CUDA events around each call's graph replay; beam selection excluded; median /
-     p20 / p80 over `repeats` whole searches), and the recurrent share: the same T steps of only the GDN
-     steppers, replayed from the checked decode's inputs.
+(path, R, W, T, prompt_len, seed) on the Qwen3.5-0.8B geometry with seeded random weights, the measurement of
+artifact.model.cell (shared with tools.decode_breakdown):
+  1. prefill the R seeded prompts once per (prompt_len, seed), and a decoy prompt set of the same shapes;
+  2. gated_decode: build the path's BeamDecoder, capture its T per-call CUDA graphs while the decoy prompt is
+     loaded, load the real prompt, poison every stepper output, replay one whole beam search on the graphs and
+     gate every GDN layer's outputs against the FP32 FullState reference (artifact.model.check) at
+     ctx.tolerance -- a failing cell is recorded and never timed;
+  3. time (artifact.model.graphs.time_decode, through artifact.timing.time_events): latency_ms = decode-forward
+     GPU time summed over the T calls (CUDA events around each call's graph replay; beam selection excluded;
+     median / p20 / p80 over `repeats` whole searches).
 On a GPU the non-recurrent ops are fused with torch.compile (artifact.model.blocks); if compiling fails on the
 first cell the run continues eager, and every row's `timer` names the pipeline and prompt-attention kernel.
-persistent_bytes / written_bytes are the steppers' recurrent state (all GDN layers). The recurrent share
-goes to the row's `recurrent_ms` column when the schema has one, and with the pipeline's conv/KV bytes and
-the prompt-attention kernel to the side file <results_dir>/full_model_recurrent.csv (joined on config_hash).
-`artifact.model.fig6_table.format_fig6` prints the Fig 6 table and speedups from such rows.
+persistent_bytes / written_bytes are the steppers' recurrent state (all GDN layers). The figure's numbers
+(speedups, distances) are computed from the rows by plots.ours.
 """
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -30,30 +27,15 @@ from typing import Iterator
 import torch
 
 from artifact.measure import cuda_context_alive, free_device_memory
-from artifact.model.check import poison, stepper_max_abs_err
-from artifact.model.config import get_model_config
+from artifact.model.cell import VLLM_ALIGN_BLOCK_QWEN3_5_0_8B, FullModelInputs, gated_decode
 from artifact.model.decode import BeamDecoder
-from artifact.model.graphs import capture, time_decode, time_steppers
-from artifact.model.network import HybridModel, get_dtype
-from artifact.model.prefill import prefill, random_prompts
+from artifact.model.network import HybridModel
 from artifact.paths import get_path
-from artifact.results import COLUMNS, append_csv
-from artifact.timing import Timing
 from artifact.workload import Shape
 
-# vLLM 0.33 "align" prefix caching keeps a GDN checkpoint every mamba_block_size tokens. For Qwen3.5-0.8B on
-# an H200 (SM90) it is the attention block size that makes one attention page (block x 2 x 2 kv heads x 256 x
-# 2 B) cover one GDN page (conv 6144 x 3 bf16 + state 16 x 128 x 128 fp32, mamba_ssm_dtype float32 =
-# 1,085,440 B), rounded to the FlashInfer GDN prefill checkpoint alignment 64: 64 * ceil(1085440 / (64 *
-# 2048)) = 576 (vllm/platforms/interface.py _align_hybrid_block_size, v1/attention/backends/gdn_attn.py).
-VLLM_ALIGN_BLOCK_QWEN3_5_0_8B = 576
-SIDE_FILE = "full_model_recurrent.csv"
 # A correctness-only run of the grid's plumbing on a CPU: the tiny model, on a geometry of its GDN shape.
 CPU_RUN = ("python -m sweeps.run suite=full_model geometry=smoke_gqa geometry.smoke_gqa.v=16 full_model.model=tiny "
            "full_model.cpu=true 'shape.R=[2]' 'shape.W=[4]' 'shape.prompt_len=[9]'")
-SIDE_COLUMNS = ["config_hash", "run_id", "path", "prompt_len", "T", "O", "status", "latency_ms",
-                "recurrent_ms", "recurrent_p20_ms", "recurrent_p80_ms", "recurrent_share", "history_bytes",
-                "prompt_attention"]
 
 
 @dataclass
@@ -68,7 +50,6 @@ class FullModelSettings:
     replay_block: int = VLLM_ALIGN_BLOCK_QWEN3_5_0_8B
     attention: str = "auto"           # prompt-attention kernel: auto | flash | efficient | math
     compile: bool | None = None       # fuse the non-recurrent ops with torch.compile; None = on a GPU only
-    recurrent_share: bool = True
     cpu: bool = False                 # allow a CPU run (correctness only; sensible only with model=tiny)
     profile: str | None = None        # a folder: per cell, a table of time per kernel over one search (profile_search)
 
@@ -99,47 +80,25 @@ def _row(cell: dict, status: str, reason: str = "", **measured) -> dict:
     return {**cell, "status": status, "reason": reason[:400], **measured}
 
 
-
-
-class _Inputs:
-    """Model and prefills shared by the cells of one run (built on first use)."""
+class _Inputs(FullModelInputs):
+    """The run's model and prefills (artifact.model.cell), and whether this run compiles the pipeline."""
 
     def __init__(self, settings: FullModelSettings, device):
-        self.settings, self.device = settings, torch.device(device)
-        self.models: dict = {}
-        self.prompts: dict = {}
+        super().__init__(device, settings.checkpoint, settings.dtype, settings.replay_block)
+        self.settings = settings
         self.compile = settings.compile if settings.compile is not None else self.device.type == "cuda"
         self.compile_error = ""       # set when torch.compile failed on the first cell and the run went eager
         self.compiled_ok = False
 
-    def model(self, cell) -> HybridModel:
-        s = self.settings
-        key = (s.checkpoint, s.model or cell["geometry"], cell["seed"])
-        if key not in self.models:
-            self.models.clear()
-            self.prompts.clear()
-            free_device_memory(self.device)
-            if s.checkpoint:
-                m = HybridModel.from_hf(s.checkpoint, get_dtype(s.dtype), self.device)
-            else:
-                m = HybridModel.random(get_model_config(key[1]), seed=cell["seed"], dtype=get_dtype(s.dtype),
-                                       device=self.device)
-            geo = m.cfg.geometry
-            if (geo.hk, geo.hv, geo.k, geo.v) != (cell["HK"], cell["HV"], cell["K"], cell["V"]):
-                raise ValueError(f"model {key[1]!r} has GDN geometry {geo}, but the cell asks for HK={cell['HK']} "
-                                 f"HV={cell['HV']} K={cell['K']} V={cell['V']}")
-            self.models[key] = m
-        return self.models[key]
-
-    def prompt(self, model: HybridModel, cell, decoy: bool):
-        key = (cell["R"], cell["prompt_len"], cell["seed"], decoy)
-        if key not in self.prompts:
-            for old in [k for k in self.prompts if k[:3] != key[:3]]:    # cells arrive grouped by prompt
-                del self.prompts[old]
-            seed = cell["seed"] + (1_000_003 if decoy else 0)
-            toks = random_prompts(cell["R"], cell["prompt_len"], model.cfg.vocab_size, seed, self.device)
-            self.prompts[key] = prefill(model, toks, replay_block=self.settings.replay_block)
-        return self.prompts[key]
+    def cell_model(self, cell) -> HybridModel:
+        """The model of a cell, checked against the GDN geometry the cell names."""
+        preset = self.settings.model or cell["geometry"]
+        m = self.model(preset, cell["seed"])
+        geo = m.cfg.geometry
+        if (geo.hk, geo.hv, geo.k, geo.v) != (cell["HK"], cell["HV"], cell["K"], cell["V"]):
+            raise ValueError(f"model {preset!r} has GDN geometry {geo}, but the cell asks for HK={cell['HK']} "
+                             f"HV={cell['HV']} K={cell['K']} V={cell['V']}")
+        return m
 
 
 def run_cells(cfg, cells: list[dict], ctx) -> Iterator[dict]:
@@ -184,59 +143,46 @@ def _run_cell(cell: dict, settings: FullModelSettings, inputs: _Inputs, ctx) -> 
                                      f"the tiny model: {CPU_RUN}")
     try:
         path = get_path(cell["path"])
-        model = inputs.model(cell)
+        model = inputs.cell_model(cell)
         reason = path.supports(model.cfg.geometry, Shape(cell["R"], cell["W"], cell["T"]), ctx.device)
     except Exception as e:  # noqa: BLE001
         return _row(cell, "failed", f"setup: {type(e).__name__}: {e}")
     if reason:
         return _row(cell, "skipped", reason)
-    graphs = on_gpu and getattr(path, "capturable", True)
-    row = _measure(cell, settings, inputs, ctx, model, graphs, inputs.compile)
+    row = _measure(cell, settings, inputs, ctx, model, inputs.compile)
     if inputs.compile_error and inputs.compile and not inputs.compiled_ok:
         # torch.compile is only a fusion of the fixed pipeline: if it breaks on the first cell, the whole run
         # goes eager (recorded in every row's timer) rather than mixing fused and unfused cells.
         inputs.compile = False
-        row = _measure(cell, settings, inputs, ctx, model, graphs, False)
+        row = _measure(cell, settings, inputs, ctx, model, False)
     elif row["status"] == "ok" and inputs.compile:
         inputs.compiled_ok = True
     return row
 
 
-def _measure(cell, settings, inputs, ctx, model, graphs: bool, compile: bool) -> dict:
+def _measure(cell, settings, inputs, ctx, model, compile: bool) -> dict:
     try:
-        dec = BeamDecoder(model, cell["path"], cell["R"], cell["W"], cell["T"], cell["prompt_len"],
-                          attention=settings.attention, compile=compile)
+        gated = gated_decode(inputs, model, cell["path"], cell["R"], cell["W"], cell["T"], cell["prompt_len"],
+                             cell["seed"], ctx.tolerance, attention=settings.attention, compile=compile)
+        dec, graphs = gated.decoder, gated.graphs
         pipeline = dec.ops.label + (f" (torch.compile failed: {inputs.compile_error})" if inputs.compile_error
                                     else "")
         on_gpu = model.device.type == "cuda"
-        if graphs:
-            dec.load_prompt(inputs.prompt(model, cell, decoy=True))
-            capture(dec)
-        dec.load_prompt(inputs.prompt(model, cell, decoy=False))
-        poison(dec)
-        result = dec.run(use_graphs=graphs)
-        err = stepper_max_abs_err(dec, result)
-        row = _row(cell, "ok", max_abs_err=err, tolerance=ctx.tolerance, persistent_bytes=dec.persistent_bytes(),
-                   written_bytes=dec.written_bytes())
-        if not err <= ctx.tolerance:
-            row.update(status="failed", reason=f"max_abs_err {err:.3e} > tolerance {ctx.tolerance:.3e} "
-                                                f"(GDN outputs vs FP32 FullState)")
-            _side(ctx, row, dec, None)
+        row = _row(cell, "ok", max_abs_err=gated.max_abs_err, tolerance=ctx.tolerance,
+                   persistent_bytes=dec.persistent_bytes(), written_bytes=dec.written_bytes())
+        if not gated.passed:
+            row.update(status="failed", reason=gated.reason)
             return row
         if on_gpu and ctx.time_it:
-            t = time_decode(dec, settings.repeats, settings.warmup)
+            t = gated.time(settings.repeats, settings.warmup)
             row.update(latency_ms=t.median_ms, p20_ms=t.p20_ms, p80_ms=t.p80_ms,
                        timer=(f"{'cuda_graph_per_call' if graphs else 'eager(not capturable)'}+cuda_events(sum over "
                               f"T calls, median of {settings.repeats} "
                               f"searches, warmup {settings.warmup}; beam selection excluded; "
                               f"pipeline {pipeline}; prompt attention {dec.attn_impl})"))
-            rec = time_steppers(dec, result.parents[: cell["T"]], settings.repeats, settings.warmup) \
-                if settings.recurrent_share and graphs else None
-            _side(ctx, row, dec, rec)
         else:
             row["timer"] = "none (CPU: correctness only)" if not on_gpu else "not timed"
-            _side(ctx, row, dec, None)
-        _add_floor(row, cell, dec, result, ctx)
+        _add_floor(row, cell, dec, gated.result, ctx)
         if settings.profile:
             name = f"{cell['path']}_R{cell['R']}_W{cell['W']}_L{cell['prompt_len']}_O{cell['T'] + 1}.txt"
             profile_search(dec, graphs, Path(settings.profile) / name)
@@ -284,23 +230,3 @@ def profile_search(dec: BeamDecoder, graphs: bool, out: Path, top: int = 40) -> 
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(table)
     return table
-
-
-def _side(ctx, row: dict, dec: BeamDecoder, rec: Timing | None) -> dict:
-    """The recurrent share: into the row if the schema has the column, and one line of the side file."""
-    rec_ms = rec.median_ms if rec else math.nan
-    if "recurrent_ms" in COLUMNS:
-        row["recurrent_ms"] = rec_ms
-    lat = row.get("latency_ms", math.nan)
-    side = {"config_hash": row.get("config_hash", ""), "run_id": row.get("run_id", ""), "path": row["path"],
-            "prompt_len": row["prompt_len"], "T": row["T"], "O": row["T"] + 1, "status": row["status"],
-            "latency_ms": lat, "recurrent_ms": rec_ms,
-            "recurrent_p20_ms": rec.p20_ms if rec else math.nan,
-            "recurrent_p80_ms": rec.p80_ms if rec else math.nan,
-            "recurrent_share": rec_ms / lat if rec and lat == lat and lat > 0 else math.nan,
-            "history_bytes": dec.history_bytes(), "prompt_attention": dec.attn_impl}
-    results_dir = getattr(ctx, "results_dir", None)
-    if results_dir is None:
-        return side
-    append_csv(Path(results_dir) / SIDE_FILE, SIDE_COLUMNS, [side])     # shards of the suite share the file
-    return side
