@@ -456,6 +456,17 @@ def test_missing_runner_module_fails_the_suite_with_its_name(tmp_path, monkeypat
     assert not (tmp_path / "full_model.csv").exists()
 
 
+def test_a_results_dir_that_is_a_file_is_a_config_error_naming_it(tmp_path):
+    """results_dir naming a file (or a path under one) exits 2 with one line naming the key, no traceback."""
+    (tmp_path / "taken").write_text("a file\n")
+    for given, said in (("taken", "names a file"), ("taken/sub", "which is a file")):
+        p = cli(tmp_path, "suite=smoke", REFS, f"results_dir={given}")
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert f"config key results_dir={given!r}" in p.stderr and said in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and "FileExistsError" not in p.stderr, p.stderr
+    assert (tmp_path / "taken").read_text() == "a file\n"
+
+
 def test_budget_stops_early_and_a_rerun_finishes(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert run_sweep(_cfg(tmp_path, REFS, "budget_min=1e-9")) == EXIT_INCOMPLETE
