@@ -199,3 +199,22 @@ def test_real_pack_is_small(tmp_path):
         for m in fw["modules"]:
             p = site / m.replace(".", "/")
             assert p.with_suffix(".py").is_file() or (p / "__init__.py").is_file(), m
+
+
+def test_download_makes_the_wheels_folder_instead_of_demanding_it(tmp_path, monkeypatch):
+    """README's first pack command (`--download --dry-run`) in a fresh clone, where .whl/ does not exist yet,
+    goes on to the download (the network part is replaced here); without --download the folder must exist,
+    and a file in its place is named."""
+    seen = []
+    monkeypatch.setattr(pack, "download_and_build", lambda wheels, out, specs, dry, py: seen.append(
+        (wheels, dry, py)) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert pack.main(["--download", "--dry-run", "--python-version", "3.12"]) == 0
+    assert seen == [(Path(".whl"), True, "3.12")] and not (tmp_path / ".whl").exists()   # a dry run makes nothing
+    with pytest.raises(SystemExit) as e:
+        pack.main([])
+    assert e.value.code == 2
+    (tmp_path / "f").write_text("")
+    with pytest.raises(SystemExit) as e:
+        pack.main(["--download", "--wheels", "f"])
+    assert e.value.code == 2 and len(seen) == 1
