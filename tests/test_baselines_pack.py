@@ -1,5 +1,6 @@
 """The offline baseline pack: built from a tiny fake framework wheel made here, then loaded from."""
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -218,3 +219,14 @@ def test_download_makes_the_wheels_folder_instead_of_demanding_it(tmp_path, monk
     with pytest.raises(SystemExit) as e:
         pack.main(["--download", "--wheels", "f"])
     assert e.value.code == 2 and len(seen) == 1
+
+
+def test_no_extra_installs_a_framework_the_pack_carries():
+    """pyproject's extras name nothing the baseline pack takes from a framework wheel: those wheels pin torch
+    releases other than the project's and cannot be installed beside it (the pack is the way in)."""
+    import tomllib
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    frameworks = {pack._norm(pack.parse_requirement(spec["wheel"])[0]) for spec in pack.collect_specs().values()}
+    named = {(extra, req) for extra, reqs in extras.items() for req in reqs
+             if pack._norm(re.split(r"[\s<>=!~;\[]", req, maxsplit=1)[0]) in frameworks}
+    assert not named, f"extras that would install a framework wheel: {sorted(named)}"
