@@ -230,3 +230,26 @@ def test_no_extra_installs_a_framework_the_pack_carries():
     named = {(extra, req) for extra, reqs in extras.items() for req in reqs
              if pack._norm(re.split(r"[\s<>=!~;\[]", req, maxsplit=1)[0]) in frameworks}
     assert not named, f"extras that would install a framework wheel: {sorted(named)}"
+
+
+def test_a_skip_reason_names_the_pack_by_what_it_holds_not_where_it_lies(wheels, adapters, tmp_path):
+    """An import that fails names the pack by its frameworks' name==version (its manifest), never by its folder,
+    also where Python's own message carries a file of the pack: a committed table's reasons read alike on every
+    host."""
+    out = tmp_path / "pack"
+    pack.build_pack(wheels, out, pack.collect_specs(adapters))
+    (out / "site" / "fakefw" / "badimport.py").write_text("from fakefw.version import nothing\n")
+    code = textwrap.dedent(f"""
+        from baselines import _load
+        spec = {SPEC!r}
+        print(_load.unavailable_reason({{**spec, "wheel": "otherfw==2.0", "stub_packages": []}}, ["otherfw.kern"]))
+        print(_load.unavailable_reason(spec, ["fakefw.badimport"]))
+        """)
+    env = {"ONELA_BASELINE_PACK": str(out), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    missing, bad = r.stdout.splitlines()
+    assert missing.startswith("otherfw==2.0: cannot import otherfw.kern from the baseline pack (fakefw==1.0): "
+                              "ModuleNotFoundError"), missing
+    assert "cannot import name 'nothing' from 'fakefw.version' (<pack>/site/fakefw/version.py)" in bad, bad
+    assert str(tmp_path) not in r.stdout and "pack/site" not in missing
