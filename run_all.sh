@@ -2,8 +2,8 @@
 # The artifact's one entry point (README.md). Every command prints its stages, each with its expected
 # duration, before running them.
 #   ./run_all.sh            reproduce. GPU host: set up (virtualenv, baseline pack, FlashInfer's CuTe DSL), run
-#                           every suite into outputs/reproduce/<stamp>/, draw its figures and REPORT.md, and
-#                           check it against the committed results/ (python -m plots.check). CPU host: the smoke
+#                           every suite and the decode breakdown into outputs/reproduce/<stamp>/, draw its figures
+#                           and REPORT.md, check it against the committed results/ (python -m plots.check). CPU: the smoke
 #                           suite under the Triton interpreter, the figures, REPORT.md and README's claims table
 #                           from the committed results/, and their self-check.
 #   ./run_all.sh quick      at most 10 minutes on one H200: recurrent_path at O=3 (every path), one operator shape
@@ -155,6 +155,11 @@ gpu_suites() {  # every suite into $RUN_DIR; on several GPUs each suite but traf
     "$PY" -m sweeps.run "${launch[@]}" suite=recurrent_path results_dir="$RUN_DIR"
   stage "full_model suite, 6 paths x 2 prompts x O=3..7 (Fig 6)$on" "$(expected full_model 'not measured') on one GPU" \
     "$PY" -m sweeps.run "${launch[@]}" suite=full_model results_dir="$RUN_DIR"
+  # where one Fig 6 decode call's time goes, per component beside its floor (results/full_model_breakdown.csv and
+  # its figure): the committed run's three paths, one process (a few cells; not a Hydra suite, so not sharded)
+  stage "decode breakdown: one Fig 6 decode call per component vs its floor, 3 paths x 2 prompts at O=5" \
+    "about 1 min (the committed run: 58 s)" \
+    "$PY" -m tools.decode_breakdown --out "$RUN_DIR" --paths onela controlled_fullstate_paper controlled_fullstate
   # beyond the paper; the estimate: 10 depths x 12 paths and one width cell per path, cold compile cache
   stage "beam_scaling suite, per-step latency vs depth O=2..32 and the widest beam per path (beyond the paper)$on" \
     "$(expected beam_scaling '6-9 min (estimate)') on one GPU" \
@@ -250,7 +255,7 @@ case "$cmd" in
     ensure_env
     if has_gpu; then
       load_expected results
-      say "GPU found: every suite (operator $(expected operator '?'), full_model $(expected full_model '?'), recurrent_path $(expected recurrent_path '?'), traffic $(expected traffic '?'), beam_scaling $(expected beam_scaling '6-9 min, estimate'), as recorded on one H200), then figures and the self-check"
+      say "GPU found: every suite (operator $(expected operator '?'), full_model $(expected full_model '?'), recurrent_path $(expected recurrent_path '?'), traffic $(expected traffic '?'), beam_scaling $(expected beam_scaling '6-9 min, estimate'), as recorded on one H200) and the decode breakdown, then figures and the self-check"
       setup_baselines
       new_run_dir reproduce
       gpu_suites

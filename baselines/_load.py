@@ -39,6 +39,23 @@ def pack_site() -> Path | None:
     return site if (pack_dir() / "MANIFEST.json").is_file() and site.is_dir() else None
 
 
+def pack_label() -> str:
+    """The pack as a row's reason names it: by what it holds (each framework's name==version, from its
+    manifest), never by where it lies, so that a table's reasons read the same on every host."""
+    import json
+    try:
+        manifest = json.loads((pack_dir() / "MANIFEST.json").read_text())
+        held = [f["requirement"] for f in manifest.get("frameworks", [])]
+    except (OSError, ValueError, AttributeError, KeyError, TypeError):
+        return "the baseline pack (its MANIFEST.json unreadable)"
+    return f"the baseline pack ({', '.join(held) or 'no framework'})"
+
+
+def _without_pack_dir(text: str) -> str:
+    """`text` with the pack folder's path (e.g. in an import error's file name) written as <pack>."""
+    return text.replace(str(pack_dir().resolve()), "<pack>").replace(str(pack_dir()), "<pack>")
+
+
 class MissingDependency(types.ModuleType):
     """Stands in for an absent third-party module that only non-kernel code imports. Import statements and
     attribute look-ups succeed (so `from PIL import Image` at module level still imports); calling anything
@@ -99,7 +116,8 @@ def _register_empty_package(name: str) -> None:
         return
     dirs = _find_package_dir(name)
     if not dirs:
-        raise ImportError(f"package {name} not found (no pack at {pack_dir()} and not installed)")
+        where = pack_label() if pack_site() else "a baseline pack: none built"
+        raise ImportError(f"package {name} not found (not in {where}, and not installed)")
     mod = types.ModuleType(name)
     mod.__path__ = dirs
     mod.__package__ = name
@@ -144,8 +162,9 @@ def load(spec: dict, module: str) -> types.ModuleType:
         _prepare(spec)
         return importlib.import_module(module)
     except Exception as e:  # noqa: BLE001 - any import-time failure makes the framework unavailable
-        where = f"pack {pack_site()}" if pack_site() else "installed packages (no baseline pack built)"
-        _failures[key] = f"{spec['wheel']}: cannot import {module} from {where}: {type(e).__name__}: {e}"
+        where = pack_label() if pack_site() else "installed packages (no baseline pack built)"
+        _failures[key] = f"{spec['wheel']}: cannot import {module} from {where}: {type(e).__name__}: " \
+                         f"{_without_pack_dir(str(e))}"
         raise ImportError(_failures[key]) from e
     finally:
         _withdraw_placeholders()

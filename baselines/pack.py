@@ -559,8 +559,14 @@ def main(argv: list[str] | None = None) -> int:
                      help="with --download: the Python of the host that will load the pack (default: this one), "
                           "e.g. 3.12 to build on a networked machine for an air-gapped GPU host")
     args = ap.parse_args(argv)
-    if not args.wheels.is_dir():
-        ap.error(f"--wheels {args.wheels}: no such folder (download the official wheels into it first)")
+    # --download and --install-dsl fill --wheels (made when missing); only a build from wheels already there
+    # needs the folder to exist
+    networked = args.download or args.install_dsl or args.probe_index
+    if args.wheels.exists() and not args.wheels.is_dir():
+        ap.error(f"--wheels {args.wheels}: a file, not a folder")
+    if not networked and not args.wheels.is_dir():
+        ap.error(f"--wheels {args.wheels}: no such folder (download the official wheels into it first, or "
+                 "add --download)")
     specs = collect_specs()
     if args.only:
         try:

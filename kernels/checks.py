@@ -9,11 +9,36 @@ import torch
 from artifact.paths import Stepper
 
 
+# The dtypes q, k, v may have: the kernels load them as bf16 or fp32 and compute in fp32; the records they store
+# are bf16. fp16 inputs are refused: no test checks them against the fp64 reference.
+INPUT_DTYPES = (torch.bfloat16, torch.float32)
+
+
+def _on(x: torch.Tensor, device: torch.device) -> bool:
+    """x lies on `device`; "cuda" without an index stands for the current CUDA device (a CUDA tensor always
+    carries its index)."""
+    if x.device.type != device.type:
+        return False
+    if device.type != "cuda":
+        return True
+    return x.device.index == (torch.cuda.current_device() if device.index is None else device.index)
+
+
+def check_devices(st: Stepper, **tensors) -> None:
+    """Every tensor argument lies on the stepper's device; a kernel launch would otherwise fail inside Triton
+    ("Pointer argument ... cannot be accessed from Triton (cpu tensor?)") without naming the argument."""
+    for name, x in tensors.items():
+        if not _on(x, st.device):
+            raise ValueError(f"{name} is on {x.device}, the op on {st.device}: every tensor argument must be on "
+                             f"the op's device")
+
+
 def check_reset(st: Stepper, s_ctx, tail):
     """Our kernels start from the full post-prefill state: contiguous fp32 [R, HV, V, K], no prompt tail."""
     geo = st.geometry
     if tail is not None:
         raise ValueError("our kernels start from the full post-prefill state; a prompt tail is ReplaySSM-only")
+    check_devices(st, s_ctx=s_ctx)
     if tuple(s_ctx.shape) != (st.R, geo.hv, geo.v, geo.k) or s_ctx.dtype != torch.float32 \
             or not s_ctx.is_contiguous():
         raise ValueError(f"s_ctx must be contiguous fp32 {(st.R, geo.hv, geo.v, geo.k)}, got {s_ctx.dtype} "
@@ -32,8 +57,11 @@ def check_step(st: Stepper, t, q, k, v, g, beta, parents, out):
     for name, (x, shape) in want.items():
         if tuple(x.shape) != shape:
             raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {shape}")
+    check_devices(st, q=q, k=k, v=v, g=g, beta=beta, parents=parents, out=out)
     if q.dtype != k.dtype or v.dtype != q.dtype:
         raise ValueError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.dtype not in INPUT_DTYPES:
+        raise ValueError(f"q, k, v have dtype {q.dtype}; the op takes {' or '.join(map(str, INPUT_DTYPES))}")
     if q.stride() != k.stride() or q.stride(-1) != 1 or v.stride(-1) != 1:
         raise ValueError("q and k must share strides with a contiguous last dim; v's last dim contiguous")
     for name, x in (("g", g), ("beta", beta)):

@@ -34,7 +34,7 @@ from artifact.measure import run_tolerance, same_tolerance
 from artifact.results import append_row, check_row, git_commit, read_table, table_lock, write_env
 from sweeps.context import RunContext, one_line, shape_label
 from sweeps.runners import RunnerUnavailable, load_runner
-from sweeps.spec import ConfigError, SweepSpec, results_dir_of, shard_cells, validate
+from sweeps.spec import ConfigError, SweepSpec, check_results_dir, results_dir_of, shard_cells, validate
 from sweeps.tables import ResultsFileError, TableBusy, drop_rows, repair_tail, write_rows
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_BUSY, EXIT_INCOMPLETE = 0, 1, 2, 73, 75
@@ -132,10 +132,11 @@ def run_sweep(cfg: DictConfig) -> int:
     try:
         spec = validate(cfg)
         device = resolve_device(cfg.hardware)
+        results_dir = results_dir_of(cfg, device.type)
+        check_results_dir(results_dir, cfg.results_dir or str(results_dir))
     except ConfigError as e:
         print(f"[sweeps] bad config: {e}", file=sys.stderr)
         return EXIT_CONFIG
-    results_dir = results_dir_of(cfg, device.type)
     out_csv = spec.csv_path(results_dir)
     try:
         with contextlib.ExitStack() as locks:

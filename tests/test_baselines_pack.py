@@ -1,5 +1,6 @@
 """The offline baseline pack: built from a tiny fake framework wheel made here, then loaded from."""
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -199,3 +200,56 @@ def test_real_pack_is_small(tmp_path):
         for m in fw["modules"]:
             p = site / m.replace(".", "/")
             assert p.with_suffix(".py").is_file() or (p / "__init__.py").is_file(), m
+
+
+def test_download_makes_the_wheels_folder_instead_of_demanding_it(tmp_path, monkeypatch):
+    """README's first pack command (`--download --dry-run`) in a fresh clone, where .whl/ does not exist yet,
+    goes on to the download (the network part is replaced here); without --download the folder must exist,
+    and a file in its place is named."""
+    seen = []
+    monkeypatch.setattr(pack, "download_and_build", lambda wheels, out, specs, dry, py: seen.append(
+        (wheels, dry, py)) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert pack.main(["--download", "--dry-run", "--python-version", "3.12"]) == 0
+    assert seen == [(Path(".whl"), True, "3.12")] and not (tmp_path / ".whl").exists()   # a dry run makes nothing
+    with pytest.raises(SystemExit) as e:
+        pack.main([])
+    assert e.value.code == 2
+    (tmp_path / "f").write_text("")
+    with pytest.raises(SystemExit) as e:
+        pack.main(["--download", "--wheels", "f"])
+    assert e.value.code == 2 and len(seen) == 1
+
+
+def test_no_extra_installs_a_framework_the_pack_carries():
+    """pyproject's extras name nothing the baseline pack takes from a framework wheel: those wheels pin torch
+    releases other than the project's and cannot be installed beside it (the pack is the way in)."""
+    import tomllib
+    extras = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    frameworks = {pack._norm(pack.parse_requirement(spec["wheel"])[0]) for spec in pack.collect_specs().values()}
+    named = {(extra, req) for extra, reqs in extras.items() for req in reqs
+             if pack._norm(re.split(r"[\s<>=!~;\[]", req, maxsplit=1)[0]) in frameworks}
+    assert not named, f"extras that would install a framework wheel: {sorted(named)}"
+
+
+def test_a_skip_reason_names_the_pack_by_what_it_holds_not_where_it_lies(wheels, adapters, tmp_path):
+    """An import that fails names the pack by its frameworks' name==version (its manifest), never by its folder,
+    also where Python's own message carries a file of the pack: a committed table's reasons read alike on every
+    host."""
+    out = tmp_path / "pack"
+    pack.build_pack(wheels, out, pack.collect_specs(adapters))
+    (out / "site" / "fakefw" / "badimport.py").write_text("from fakefw.version import nothing\n")
+    code = textwrap.dedent(f"""
+        from baselines import _load
+        spec = {SPEC!r}
+        print(_load.unavailable_reason({{**spec, "wheel": "otherfw==2.0", "stub_packages": []}}, ["otherfw.kern"]))
+        print(_load.unavailable_reason(spec, ["fakefw.badimport"]))
+        """)
+    env = {"ONELA_BASELINE_PACK": str(out), "PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)}
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
+    missing, bad = r.stdout.splitlines()
+    assert missing.startswith("otherfw==2.0: cannot import otherfw.kern from the baseline pack (fakefw==1.0): "
+                              "ModuleNotFoundError"), missing
+    assert "cannot import name 'nothing' from 'fakefw.version' (<pack>/site/fakefw/version.py)" in bad, bad
+    assert str(tmp_path) not in r.stdout and "pack/site" not in missing

@@ -622,6 +622,57 @@ def test_public_op_matches_the_naive_reference_and_refuses_misuse(device):
         OneLA(1, 0, 2, num_k_heads=2, num_v_heads=2, head_k_dim=16, head_v_dim=16, device=device)
 
 
+@pytest.mark.parametrize("stepper_cls", [OneLAStepper, ControlledFullStateStepper])
+def test_fp16_inputs_are_refused_naming_the_dtypes_taken(stepper_cls, device):
+    """fp16 q/k/v are refused before any launch, naming the dtypes the kernels take (bf16 or fp32)."""
+    wl = make_workload(Geometry(2, 4, 16, 16), 2, 5, 2, seed=1, device=device, prompt_len=4)
+    st = stepper_cls(wl.geometry, 2, 5, 2, device)
+    st.reset(wl.s_ctx)
+    out = torch.empty(2, 5, 4, 16, device=device, dtype=torch.float16)
+    with pytest.raises(ValueError, match=r"dtype torch.float16; the op takes torch.bfloat16 or torch.float32"):
+        st.step(0, wl.q[0].half(), wl.k[0].half(), wl.v[0].half(), wl.g[0], wl.beta[0], wl.parents[0], out)
+    op = OneLA(2, 5, 2, num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16, device=device)
+    op.reset(wl.s_ctx)
+    with pytest.raises(ValueError, match=r"the op takes torch.bfloat16 or torch.float32"):
+        op.step(wl.q[0].half(), wl.k[0].half(), wl.v[0].half(), wl.g[0], wl.beta[0], wl.parents[0])
+    assert op.steps_done == 0                                       # a refused step is not taken
+
+
+@pytest.mark.parametrize("arg", ["q", "k", "v", "g", "beta", "parents"])
+def test_a_tensor_on_another_device_is_refused_naming_it(arg, device):
+    """Each tensor argument of a step (and s_ctx at reset) on a device other than the op's is refused by name,
+    before Triton would fail on a pointer it cannot access. Off a GPU the op's device is faked: the stepper is
+    made on `device`, then told it runs on "meta", where every other argument lies (a meta tensor has shape,
+    dtype and strides, so every earlier check reads it), and the named one stays on `device`."""
+    geo = Geometry(2, 4, 16, 16)
+    wl = make_workload(geo, 2, 5, 2, seed=1, device=device, prompt_len=4)
+    op = OneLA(2, 5, 2, num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16, device=device)
+    op.reset(wl.s_ctx)
+    args = dict(q=wl.q[0], k=wl.k[0], v=wl.v[0], g=wl.g[0], beta=wl.beta[0], parents=wl.parents[0],
+                out=torch.empty(2, 5, 4, 16, device=device, dtype=wl.q.dtype))
+    op._stepper.device = torch.device("meta")
+    # out follows q (Stepper.check_call refuses an out on another device than q's, naming out)
+    stay = {arg, "out"} if arg == "q" else {arg}
+    args = {n: (x if n in stay else x.to("meta")) for n, x in args.items()}
+    with pytest.raises(ValueError, match=rf"^{arg} is on {device}, the op on meta"):
+        op.step(**args)
+    assert op.steps_done == 0
+    op._stepper.device = torch.device(device)
+    with pytest.raises(ValueError, match=r"^s_ctx is on meta, the op on"):
+        op.reset(wl.s_ctx.to("meta"))
+
+
+@pytest.mark.gpu
+def test_gpu_parents_on_the_cpu_is_refused_naming_it():
+    """On the GPU: parents left on the CPU is named by the op's check, not by Triton's pointer error."""
+    geo = Geometry(2, 4, 16, 16)
+    wl = make_workload(geo, 2, 5, 2, seed=1, device="cuda", prompt_len=4)
+    op = OneLA(2, 5, 2, num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16, device="cuda")
+    op.reset(wl.s_ctx)
+    with pytest.raises(ValueError, match=r"^parents is on cpu, the op on cuda"):
+        op.step(wl.q[0], wl.k[0], wl.v[0], wl.g[0], wl.beta[0], wl.parents[0].cpu())
+
+
 def test_kernel_functions_take_bundled_arguments():
     """Every Gluon function of the warp-specialised kernel takes at most 20 parameters (its arguments travel as
     tuples: buffers, barriers, pointers, sizes; the TMA descriptors one by one into the kernel only), and the Triton kernels group inputs, records and

@@ -73,7 +73,12 @@ def test_gpu_reproduce_plan_prints_recorded_suite_times(tmp_path):
     assert f"operator suite, 405 shapes x every path (Fig 7) -- expected: {expected_time(REPO / 'results', 'operator')}" \
         in out
     assert "sweeps.run suite=full_model results_dir=outputs/reproduce/" in out
-    assert "plots --results outputs/reproduce/" in out
+    # the decode breakdown (results/full_model_breakdown.csv and its figure) with the committed run's paths,
+    # before the figures are drawn
+    breakdown = [ln for ln in out.splitlines() if "would run:" in ln and "tools.decode_breakdown" in ln]
+    assert len(breakdown) == 1 and "--out outputs/reproduce/" in breakdown[0], out
+    assert breakdown[0].split("--paths")[1].split() == ["onela", "controlled_fullstate_paper", "controlled_fullstate"]
+    assert out.index("tools.decode_breakdown") < out.index("plots --results outputs/reproduce/")
 
 
 def test_gpu_reproduce_plan_on_several_gpus_shards_every_suite(tmp_path):
@@ -86,6 +91,8 @@ def test_gpu_reproduce_plan_on_several_gpus_shards_every_suite(tmp_path):
         ["operator", "recurrent_path", "full_model", "beam_scaling", "traffic"], runs
     assert all("-m launcher=joblib_gpus shard.count=3 suite=" in ln for ln in runs[:4]), runs
     assert "shard" not in runs[4] and "suite=traffic" in runs[4], runs
+    breakdown = [ln for ln in out.splitlines() if "would run:" in ln and "tools.decode_breakdown" in ln]
+    assert len(breakdown) == 1 and "shard" not in breakdown[0], breakdown      # one process, a few cells
 
 
 def test_cpu_quick_plan():

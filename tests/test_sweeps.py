@@ -227,6 +227,42 @@ def test_joblib_shards_merge_into_the_same_cells_as_one_run(tmp_path):
     assert key(read_rows(sharded / "results" / "smoke.csv")) == key(read_rows(one / "results" / "smoke.csv"))
 
 
+def test_slurm_config_runs_through_submitits_local_executor(tmp_path):
+    """launcher=slurm is launcher=slurm_local plus the SLURM executor and its own keys; slurm_local runs the
+    same multirun through submitit's local executor on this host: two shards of the smoke suite (OneLA and the
+    FP32 reference under the interpreter, a framework kernel's named skip), each a submitit job, merged when
+    both end into rows identical, but for run_id, to one process's run of the same cells."""
+    slurm = cfg_of("suite=smoke", "launcher=slurm", hydra_cfg=True)
+    local = cfg_of("suite=smoke", "launcher=slurm_local", hydra_cfg=True)
+    sl, lo = (OmegaConf.to_container(c.hydra.launcher) for c in (slurm, local))
+    assert sl.pop("_target_").endswith("SlurmLauncher") and lo.pop("_target_").endswith("LocalLauncher")
+    assert {k: v for k, v in sl.items() if k in lo} == lo and sl["array_parallelism"] == "${shard.count}"
+    for key in ("sweeper", "callbacks"):
+        assert OmegaConf.to_container(slurm.hydra[key]) == OmegaConf.to_container(local.hydra[key])
+    strip = lambda c: {k: v for k, v in OmegaConf.to_container(c).items() if k != "hydra"}   # noqa: E731
+    assert strip(slurm) == strip(local)
+
+    paths = "path=[onela,reference_fullstate,vllm_fullstate]"
+    sharded, one = tmp_path / "sharded", tmp_path / "one"
+    sharded.mkdir(), one.mkdir()
+    p = cli(sharded, "-m", "suite=smoke", "launcher=slurm_local", "shard.count=2", "hardware=cpu", paths,
+            "results_dir=results")
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = sharded / "results"
+    assert sorted(f.name for f in res.glob("smoke.shard*")) == ["smoke.shard0-of-2.csv", "smoke.shard1-of-2.csv"]
+    assert "row(s) merged" in p.stdout and p.stdout.count(" s wall") == 2
+    logs = list(sharded.glob("multirun/smoke/*/.submitit/*/*_log.out"))
+    assert len(logs) == 2, logs                                     # each shard ran as a submitit job
+    envs = [json.loads(f.read_text()) for f in (res / "env").glob("*.json") if "." not in f.stem]
+    assert sorted(e["shard"]["index"] for e in envs) == [0, 1] and {e["shard"]["count"] for e in envs} == {2}
+    cfg = cfg_of("suite=smoke", paths, f"results_dir={one / 'results'}", "progress=false")
+    assert run_sweep(cfg) == EXIT_OK
+    rows = lambda d: sorted(({k: v for k, v in r.items() if k != "run_id"} for r in read_rows(d / "smoke.csv")),
+                            key=lambda r: r["config_hash"])                               # noqa: E731
+    merged, single = rows(res), rows(one / "results")
+    assert merged == single and len(merged) == 3 * 2 and {r["status"] for r in merged} == {"ok", "skipped"}
+
+
 def test_a_jobs_gpu_is_pinned_through_cuda_visible_devices(monkeypatch):
     """Job i sees only GPU i (of the launcher's own CUDA_VISIBLE_DEVICES list when one is set)."""
     from sweeps.run import ConfigError, pin_visible_gpu
@@ -454,6 +490,17 @@ def test_missing_runner_module_fails_the_suite_with_its_name(tmp_path, monkeypat
     assert run_sweep(cfg_of("suite=full_model", f"results_dir={tmp_path}", "progress=false")) == EXIT_FAILED
     assert "artifact.no_such_module" in capsys.readouterr().err
     assert not (tmp_path / "full_model.csv").exists()
+
+
+def test_a_results_dir_that_is_a_file_is_a_config_error_naming_it(tmp_path):
+    """results_dir naming a file (or a path under one) exits 2 with one line naming the key, no traceback."""
+    (tmp_path / "taken").write_text("a file\n")
+    for given, said in (("taken", "names a file"), ("taken/sub", "which is a file")):
+        p = cli(tmp_path, "suite=smoke", REFS, f"results_dir={given}")
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert f"config key results_dir={given!r}" in p.stderr and said in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and "FileExistsError" not in p.stderr, p.stderr
+    assert (tmp_path / "taken").read_text() == "a file\n"
 
 
 def test_budget_stops_early_and_a_rerun_finishes(tmp_path, monkeypatch):

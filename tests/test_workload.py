@@ -38,6 +38,31 @@ def test_seeded():
     assert not torch.equal(a.q, c.q)
 
 
+def test_the_prompt_state_is_computed_once_per_geometry_and_r(monkeypatch):
+    """A sweep's next shape of the same (geometry, R, seed, prompt_len) takes the post-prefill state from the
+    one-entry cache instead of running the prompt's recurrence again; the state is bit for bit the computed one,
+    each workload owns its tensor, and another key computes (and replaces the entry)."""
+    import artifact.workload as workload
+    monkeypatch.setattr(workload, "_CONTEXT_CACHE", {})
+    calls = []
+    real = workload.prefill_state
+    monkeypatch.setattr(workload, "prefill_state", lambda *a, **k: calls.append(1) or real(*a, **k))
+    a = make_workload("qwen3_5_0_8b", 2, 8, 3, seed=4, prompt_len=6)
+    b = make_workload("qwen3_5_0_8b", 2, 5, 2, seed=4, prompt_len=6, lineage="reversed")
+    assert len(calls) == 1 and torch.equal(a.s_ctx, b.s_ctx) and a.s_ctx.data_ptr() != b.s_ctx.data_ptr()
+    b.s_ctx.add_(1.0)                                   # a path writing its state cannot reach the next workload
+    cached = make_workload("qwen3_5_0_8b", 2, 5, 2, seed=4, prompt_len=6, lineage="reversed")
+    assert len(calls) == 1
+    monkeypatch.setattr(workload, "_CONTEXT_CACHE", {})
+    fresh = make_workload("qwen3_5_0_8b", 2, 5, 2, seed=4, prompt_len=6, lineage="reversed")
+    assert len(calls) == 2
+    for n, t in fresh.tensors().items():                # the cached workload: every tensor as computed afresh
+        assert torch.equal(t, getattr(cached, n)), n
+    make_workload("qwen3_5_0_8b", 3, 5, 2, seed=4, prompt_len=6)          # another R: computed
+    make_workload("qwen3_5_0_8b", 2, 5, 2, seed=5, prompt_len=6)          # another seed: computed
+    assert len(calls) == 4
+
+
 @pytest.mark.parametrize("K", [16, 32, 48, 64, 96, 128])
 def test_outputs_stay_below_an_eighth_at_every_key_dim(K):
     """The 4.88e-4 gate is half a bf16 ulp for |o| in [1/8, 1/4): above 1/8 output rounding alone spends it, so

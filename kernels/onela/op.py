@@ -30,10 +30,11 @@ class OneLA:
         device: a CUDA device (or the CPU under ``TRITON_INTERPRET=1``, for tests).
 
     Inputs of `step` (one decode step, every beam):
-        q, k: ``[R, W, HK, K]``, raw (the op normalises them), bf16 (or fp32; same dtype as v)
+        q, k: ``[R, W, HK, K]``, raw (the op normalises them), bf16 or fp32 (same dtype as v; fp16 is refused)
         v: ``[R, W, HV, V]``
         g: ``[R, W, HV]`` fp32 log-decay; beta: ``[R, W, HV]`` fp32 in (0, 1)
         parents: ``[R, W]`` int32, beam b's parent among the previous step's beams (ignored at step 0)
+    Every tensor argument lies on the op's device (a step names the one that does not).
     Returns o: ``[R, W, HV, V]`` in the input dtype (or written into ``out``).
 
     On Hopper with K = 128 or 256, V = 128, 256 or 512, W a multiple of 64 and bf16 inputs each step is one launch

@@ -1,13 +1,20 @@
 """The child process of the traffic suite (paper §4.4, Fig 8c): one measured region in a fresh process.
 
-`python -m sweeps.suites.traffic_child ...` (started by sweeps.suites.traffic, under a profiler) builds one
-cell's workload exactly as the sweep does (artifact.workload.make_workload with the cell's fields), prepares
-the path and warms it up twice (so autotuning and compilation stay outside), checks the output against FP32
-FullState, and only then runs the measured region:
+`python -m sweeps.suites.traffic_child ...` (started by sweeps.suites.traffic, under a profiler) first allocates
+and writes the two L2 buffers (below), then builds one cell's workload exactly as the sweep does
+(artifact.workload.make_workload with the cell's fields), prepares the path and warms it up twice (so
+autotuning and compilation stay outside), checks the output against FP32 FullState, frees the check's tensors,
+runs the path once more untimed (the settle run), and only then runs the measured region:
 
     read a clean 4xL2 buffer A         L2 holds only clean lines: nothing of the workload, nothing dirty
     range 1: path.run(wl) (eager)      every kernel (and memcpy) of the T decode steps
     range 2: read a clean buffer B     evicts what range 1 left dirty in L2, so those write-backs are counted
+
+Nothing is allocated from the driver between the settle run and the region: the buffers' pages were allocated
+and written before the workload, and the region's run() takes the very blocks the settle run took from the
+caching allocator (the check's empty_cache comes before the settle run). A cudaMalloc inside the region would
+map fresh pages, and the driver's work on them is DRAM traffic that device-wide counters see beside the
+kernels'. tests/test_traffic.py checks this order (buffers, target, settle run, clean, region, drain).
 
 Range 1's reads and ranges 1+2's writes are the path's DRAM traffic; the drain's own reads are not. The
 ranges are bracketed per method: cudaProfilerStart/Stop for Nsight Compute (run by the parent), a CUPTI
@@ -62,16 +69,19 @@ def _calib_copy_kernel(src_ptr, dst_ptr, n, BLOCK: tl.constexpr):
 
 
 class L2Buffers:
-    """Two clean buffers of max(4 x L2, 256 MiB): A empties L2 before the region, B drains it after."""
+    """Two clean buffers of max(4 x L2, 256 MiB): A empties L2 before the region, B drains it after. Both are
+    written once here (zeros), so their pages are mapped and touched long before the region; the dirty lines
+    this leaves in L2 are written back by clean()'s first read, outside the region."""
 
     def __init__(self, device):
         props = torch.cuda.get_device_properties(device)
         l2 = int(getattr(props, "L2_cache_size", 0) or 0) or (64 << 20)
         self.nbytes = max(4 * l2, 256 << 20)
-        self.a = torch.empty(self.nbytes // 4, dtype=torch.float32, device=device)
-        self.b = torch.empty(self.nbytes // 4, dtype=torch.float32, device=device)
+        self.a = torch.zeros(self.nbytes // 4, dtype=torch.float32, device=device)
+        self.b = torch.zeros(self.nbytes // 4, dtype=torch.float32, device=device)
         self.nprog = 4 * props.multi_processor_count
-        self.partial = torch.empty(self.nprog, dtype=torch.float32, device=device)
+        self.partial = torch.zeros(self.nprog, dtype=torch.float32, device=device)
+        torch.cuda.synchronize()
 
     def read(self, buf: torch.Tensor) -> None:
         read_all(buf, self.partial)
@@ -148,10 +158,15 @@ class PathTarget:
         self.info.update(flops=flops, flops_source=source, compulsory_bytes=compulsory)
         del out
         if torch.device(device).type == "cuda":
-            torch.cuda.empty_cache()
+            torch.cuda.empty_cache()          # before the settle run, which takes back what the region needs
 
     def run(self) -> None:
         self.path.run(self.wl)
+
+    def settle(self) -> None:
+        """One untimed run after the check: the region's run() then finds every block it allocates in the
+        caching allocator (freed by this run), in the state the warm-ups left, with nothing compiling."""
+        self.run()
 
 
 class CopyTarget:
@@ -169,6 +184,9 @@ class CopyTarget:
     def run(self) -> None:
         n = self.src.numel()
         _calib_copy_kernel[(triton.cdiv(n, 4096),)](self.src, self.dst, n, BLOCK=4096)
+
+    def settle(self) -> None:
+        self.run()
 
 
 def _sync(device) -> None:
@@ -319,6 +337,7 @@ def run_child(args, rec: dict) -> None:
     if args.method != "dry" and not on_gpu:
         rec.update(status="failed", reason=f"method {args.method} needs a CUDA GPU")
         return
+    bufs = L2Buffers(device) if args.method != "dry" else None      # first: its pages mapped before the cell's
     if args.target == "path":
         from artifact.measure import DEFAULT_TOLERANCE
         tol = args.tolerance if args.tolerance is not None else DEFAULT_TOLERANCE
@@ -335,7 +354,8 @@ def run_child(args, rec: dict) -> None:
     if args.method == "dry":
         target.run()
         return
-    bufs = L2Buffers(device)
+    target.settle()              # last before the region: its blocks are what the region's run() allocates
+    torch.cuda.synchronize()
     free, total = torch.cuda.mem_get_info()
     rec.update(free_bytes_at_region=int(free), total_bytes=int(total), drain_bytes=bufs.nbytes, stage="region")
     if args.method == "ncu":
