@@ -4,7 +4,7 @@ how wide a beam search each path fits on one GPU.
 OneLA replays every ancestral record at every step, so its step t does work that grows with t, while a FullState
 step does the same work at every depth; OneLA's capacity grows with W x depth, FullState's with W x V x K.
 
-Depth cells are the suite's grid (R=4 W=512 on qwen3_5_0_8b, O = T + 1 from 2 to 32). Each path is gated and its
+Depth cells are the suite's grid (R=4 W=512 on qwen3_5_0_8b, O = T + 1 from 2 to 128). Each path is gated and its
 whole T-step decode timed as in the operator suite (sweeps.suites.operator.run_cell: latency_ms is the cumulative
 latency, floor_ms its floor); then it decodes again as one CUDA graph per step, is gated again, and each step is
 timed on its own (artifact.measure.check_and_time_steps). The side table <results_dir>/beam_scaling_steps.csv keeps,
