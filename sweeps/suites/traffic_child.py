@@ -95,6 +95,7 @@ ALGORITHMS = ("fullstate", "projection_replay", "state_replay")
 PATH_ALGORITHM = {
     "reference_fullstate": "fullstate", "controlled_fullstate": "fullstate", "vllm_fullstate": "fullstate",
     "sglang_fullstate": "fullstate", "flashinfer_fullstate": "fullstate", "trtllm_fullstate": "fullstate",
+    "fla_fullstate": "fullstate",
     "reference_replay": "projection_replay", "onela": "projection_replay",
     "vllm_prefix_replay": "state_replay", "sglang_replayssm": "state_replay",
 }
