@@ -240,3 +240,19 @@ def test_fla_per_step_graphs_match_reference(name):
     res = check_and_time_steps(get_path(name), wl, fullstate_decode(wl), repeats=3)
     assert res.status == "ok", res.reason
     assert len(res.steps) == 6
+
+
+def test_gpu_check_script_names_registered_paths_and_suites():
+    """tools/gpu_fla_check.sh (the H200 commands for fla's tests and rows) parses and names what exists."""
+    import re
+    from artifact.paths import PATHS
+    script = REPO / "tools" / "gpu_fla_check.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0
+    text = script.read_text()
+    (paths,) = re.findall(r"path=\[([^\]]+)\]", text)
+    assert paths.split(",") == NAMES and set(NAMES) <= set(PATHS)
+    suites = set(re.findall(r"\b(recurrent_path|operator|traffic|beam_scaling)\b", text))
+    assert suites == {"recurrent_path", "operator", "traffic", "beam_scaling"}
+    for s in suites:
+        assert (REPO / "sweeps" / "conf" / "suite" / f"{s}.yaml").is_file()
+    assert "tests/test_baselines_fla.py" in text and "-m gpu" in text
