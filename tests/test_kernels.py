@@ -714,7 +714,7 @@ def test_controlled_fullstate_paper_mode_gathers_into_one_pool(device):
 
 def test_fullstate_paper_paths_are_registered_and_report_a_workspace():
     from artifact.paths import PATHS, DecodePath
-    for system in ("controlled", "vllm", "sglang", "flashinfer", "trtllm"):
+    for system in ("controlled", "vllm", "sglang", "flashinfer", "trtllm", "fla"):
         assert f"{system}_fullstate" in PATHS and f"{system}_fullstate_paper" in PATHS
         path = get_path(f"{system}_fullstate_paper")
         assert path.name == f"{system}_fullstate_paper" and isinstance(path, DecodePath)
