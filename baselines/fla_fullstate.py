@@ -30,13 +30,14 @@ other (docs/methods.md §4); capacity 2·R·W states, reported as allocated. Pap
 `paper = True`): the paper's FullState as transformers + fla runs it: one persistent pool of R·W states bound to
 beams (the kernel's output, row n = beam n), and at every step an explicit reorder into a transient workspace of
 R·W states (the gather buffer), which no later step reads; `persistent_bytes` is the pool, `workspace_bytes` the
-workspace. The kernel's interface leaves nothing to choose between the modes, so they run the same passes (their
-times agree up to noise) and differ only in how the gather buffer is counted.
+workspace. The kernel's interface leaves nothing to choose between the modes, so they run the same passes and
+differ only in how the gather buffer is counted.
 
-Supported: every suite geometry (HV a multiple of HK, any K and V: the kernel holds a next_pow2(K) x 8 state tile
-per program); the launch grid is 1-D (ceil(V/8)·N·HV programs, limit 2^31 - 1). Not supported: a cell whose gather
-buffer and two kernel outputs (the eager warm-up's, still cached by the allocator, and the captured graph's)
-exceed the free GPU memory; a CPU under Triton 3.6's interpreter with numpy >= 2.4 (`interpreter_reason`).
+Supported: every suite geometry (HV a multiple of HK, any K and V: the kernel holds a next_pow2(K) x BV state tile
+per program, BV = min(8, next_pow2(V))); the launch grid is 1-D, ceil(V/BV)·N·HV programs (limit 2^31 - 1). Not
+supported: a cell whose gather buffer and two kernel outputs (the eager warm-up's, still cached by the allocator,
+and the captured graph's) exceed the free GPU memory; a CPU under Triton 3.6's interpreter with numpy >= 2.4
+(`interpreter_reason`).
 """
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ REQUIREMENT = "fla-core==0.6.0"
 KERNEL_MODULE = "fla.ops.gated_delta_rule"
 KERNEL_FN = "fused_recurrent_gated_delta_rule"
 GRID_MAX = 2 ** 31 - 1           # CUDA's limit on gridDim.x, the axis fla puts all its programs on
-BV = 8                           # fla's value tile: min(8, next_pow2(V)) rows of V per program
+BV_MAX = 8                       # fla's value tile: min(8, next_pow2(V)) rows of V per program
 
 
 def kernel():
@@ -160,9 +161,10 @@ class FlaFullStatePath(StepperPath):
 
     def supports(self, geometry, shape, device):
         n = shape.R * shape.W
-        programs = -(-geometry.v // BV) * n * geometry.hv
+        bv = min(BV_MAX, 1 << (geometry.v - 1).bit_length())
+        programs = -(-geometry.v // bv) * n * geometry.hv
         if programs > GRID_MAX:
-            return (f"not natively supported: fla's fused_recurrent grid ceil(V/{BV})*R*W*HV = {programs} > "
+            return (f"not natively supported: fla's fused_recurrent grid ceil(V/{bv})*R*W*HV = {programs} > "
                     f"{GRID_MAX}, the CUDA launch-grid limit of axis x")
         return (fla_reason(device)
                 # the gather buffer, the kernel's output, and a second output while the eager warm-up's is cached
