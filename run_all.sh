@@ -51,6 +51,18 @@ ensure_env() {
     fi
     "$PY" -m pip install -q -e ".[test]" || exit 1
   fi
+  # fla-core (the fla FullState baseline's kernel): a venv without it gets it here; where pip cannot
+  # reach it, fla's rows are skips that name the missing package (baselines/fla_fullstate.py)
+  if ! "$PY" -c "import einops, importlib.metadata as m; m.version('fla-core')" >/dev/null 2>&1; then
+    if [ -n "${ONELA_OFFLINE:-}" ]; then
+      say "fla-core==0.6.0 is not in $VENV and ONELA_OFFLINE is set: the fla FullState rows will be skips naming it"
+    else
+      say "installing fla-core==0.6.0 and einops (the fla FullState baseline) into $VENV"
+      [ -n "$DRY" ] && return 0
+      "$PY" -m pip install -q "fla-core==0.6.0" einops \
+        || say "could not install fla-core==0.6.0: the fla FullState rows will be skips naming it"
+    fi
+  fi
 }
 
 has_gpu() {

@@ -33,6 +33,7 @@ PATHS: dict[str, str] = {
     "sglang_replayssm": "baselines.sglang_replayssm:SglangReplaySSMPath",
     "flashinfer_fullstate": "baselines.flashinfer_fullstate:FlashInferFullStatePath",
     "trtllm_fullstate": "baselines.trtllm_fullstate:TrtllmFullStatePath",
+    "fla_fullstate": "baselines.fla_fullstate:FlaFullStatePath",
     # the paper's FullState maintenance (one persistent pool, explicit per-step reorder of the parents' states
     # through a transient workspace) beside the index mode above, in the same adapter modules
     "controlled_fullstate_paper": "kernels.fullstate:ControlledFullStatePaperPath",
@@ -40,6 +41,7 @@ PATHS: dict[str, str] = {
     "sglang_fullstate_paper": "baselines.sglang_fullstate:SglangFullStatePaperPath",
     "flashinfer_fullstate_paper": "baselines.flashinfer_fullstate:FlashInferFullStatePaperPath",
     "trtllm_fullstate_paper": "baselines.trtllm_fullstate:TrtllmFullStatePaperPath",
+    "fla_fullstate_paper": "baselines.fla_fullstate:FlaFullStatePaperPath",
 }
 
 

@@ -616,8 +616,8 @@ def env_record(extra: dict | None = None) -> dict:
         "torch": torch.__version__, "triton": _version("triton"), "cuda": torch.version.cuda,
         "git_commit": git_commit(),
         "source_sha256": source_digest(),
-        "packages": {p: _version(p) for p in ("vllm", "sglang", "flashinfer-python", "tensorrt_llm",
-                                              "hydra-core", "numpy", "pandas")},
+        "packages": {p: _version(p) for p in ("vllm", "sglang", "flashinfer-python", "tensorrt_llm", "fla-core",
+                                              "einops", "transformers", "hydra-core", "numpy", "pandas")},
     }
     if torch.cuda.is_available():
         p = torch.cuda.get_device_properties(0)

@@ -10,6 +10,8 @@ paper's mode (none beside vLLM's prefix-cache replay: the paper's vLLM ReplaySSM
 plots.paper.NO_KERNEL). Only rows within the paper's 4.88e-4 error bound count (plots.data); a baseline whose
 median at its own looser gate differs has that median written, labelled, under its name. A paper baseline with no
 paired shape keeps its slot, which says why ("not measured yet" while it has no row), beside the paper's diamond.
+A FullState system the paper does not compare against (plots.style.NOT_IN_PAPER, e.g. fla) keeps a slot in both
+modes after the paper's six, with no diamond.
 """
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from plots import paper
 from plots.data import PRIMARY_GATE, Results, own_gates
 from plots.ours import baselines_in, fig7_ratios, paper_baselines
 from plots.style import (INDEX_HATCH, INDEX_MODE, PAPER_MARKER, PAPER_MODE, colour, display_name, hatch,
-                         mark_series, mode_of, mode_path, no_data, ordered, paper_handle, partner, plain_log, save)
+                         mark_series, mode_of, mode_path, no_data, not_in_paper_paths, ordered, paper_handle, partner,
+                         plain_log, save)
 
 STEM = "fig7_generality"
 PANELS = (("latency_ms", "(a) captured latency: baseline / OneLA", "median speedup"),
@@ -33,11 +36,13 @@ NOT_MEASURED = "not measured yet"
 
 
 def slots(res: Results) -> list[str]:
-    """The baselines Fig 7 gives a slot: every one in operator.csv, the paper's six in the paper's mode whether or
-    not they have rows, and the paper-mode partner of every index-mode FullState path; the paper's six first (each
-    FullState system's paper mode, then its index mode), then the rest."""
+    """The baselines Fig 7 gives a slot: every one in operator.csv, the paper's six in the paper's mode and the
+    systems not in the paper in both modes whether or not they have rows, and the paper-mode partner of every
+    index-mode FullState path; the paper's six first (each FullState system's paper mode, then its index mode),
+    then the rest."""
     present = set(baselines_in(res["operator"]))
-    want = present | set(paper_baselines(PAPER_MODE)) | {partner(p) for p in present if mode_of(p) == INDEX_MODE}
+    want = (present | set(paper_baselines(PAPER_MODE)) | set(not_in_paper_paths())
+            | {partner(p) for p in present if mode_of(p) == INDEX_MODE})
     first = [p for b in paper.FIG7_BASELINES for p in dict.fromkeys((mode_path(b, PAPER_MODE), b)) if p in want]
     return first + ordered(want - set(first))
 

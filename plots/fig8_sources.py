@@ -12,7 +12,8 @@ paper prints them, grey where derived from its OneLA values and its ratios; each
 (the paper's FullState values at the paper's mode, never at the index mode) so the bar's value label reads in
 full. The paper's vLLM ReplaySSM has no GDN kernel in any released vLLM (plots.paper.NO_KERNEL): its values are
 triangles at SGLang's ReplaySSM kernel, not at vLLM's prefix-cache replay. A bar whose rows are all above the
-paper's 4.88e-4 error bound is not drawn; its slot says so.
+paper's 4.88e-4 error bound is not drawn; its slot says so. A FullState system the paper does not compare against
+(plots.style.NOT_IN_PAPER, e.g. fla) has a bar in both modes in every panel, with no diamond.
 """
 from __future__ import annotations
 
@@ -27,7 +28,8 @@ from plots.bars import bar_label, bar_x, crowded, floor_ticks, grouped_bars
 from plots.data import Results, cell
 from plots.ours import fig8_table
 from plots.style import (INDEX_HATCH, MIB, PAPER_MARKER, PAPER_MODE, REFERENCE_PATHS, display_name, mode_path,
-                         no_data, paper_handle, path_handle, plain_log, save, short, with_partners)
+                         no_data, not_in_paper_paths, paper_handle, path_handle, plain_log, save, short,
+                         with_partners)
 
 DERIVED_MARKER = {**PAPER_MARKER, "facecolor": "#bdbdbd"}
 REPLAYSSM_MARKER = {**PAPER_MARKER, "marker": "^", "s": 34}
@@ -79,13 +81,19 @@ def _cell(df, path: str, metric: str, **where) -> tuple[float, str]:
     return cell(df, path, metric, **where)
 
 
+def _slots(df) -> list[str]:
+    """The bars of a panel: every path with a row, each index mode's paper-mode partner, and both modes of every
+    system not in the paper (plots.style.NOT_IN_PAPER), "not measured yet" where they have no row."""
+    return with_partners(set(df["path"].unique()) | set(not_in_paper_paths()))
+
+
 def _latency(ax, res: Results) -> bool:
     df = _table(res, "latency_ms")
     ax.set_title("(a) recurrent-path latency")
     if not (df["status"] == "ok").any():
         no_data(ax, "no ok recurrent_path rows at R=4 W=512 Qwen\n(results/recurrent_path.csv)")
         return False
-    Os, paths = sorted(df["O"].dropna().unique()), with_partners(df["path"].unique())
+    Os, paths = sorted(df["O"].dropna().unique()), _slots(df)
     drawn = grouped_bars(ax, Os, [f"O={int(o)}" for o in Os], paths,
                          lambda p, o: _cell(df, p, "latency_ms", O=o), value_fmt=short)
     floors = {(p, o): cell(df, p, "floor_ms", O=o)[0] for p in paths for o in Os}
@@ -102,7 +110,7 @@ def _bytes(ax, res: Results) -> None:
     if not (df["status"] == "ok").any():
         no_data(ax, "no ok recurrent_path rows at R=4 W=512 Qwen\n(results/recurrent_path.csv)")
         return
-    Os, paths = sorted(df["O"].dropna().unique()), with_partners(df["path"].unique())
+    Os, paths = sorted(df["O"].dropna().unique()), _slots(df)
     groups = [(m, o) for m in ("persistent_bytes", "written_bytes") for o in Os]
     labels = [f"{'capacity' if m == 'persistent_bytes' else 'writes'}\nO={int(o)}" for m, o in groups]
 
@@ -121,7 +129,7 @@ def _traffic(ax, res: Results) -> None:
     if not (df["status"] == "ok").any():
         no_data(ax, "no ok traffic rows at R=4 W=512 Qwen\n(results/traffic.csv)")
         return
-    Os, paths = sorted(df["O"].dropna().unique()), with_partners(df["path"].unique())
+    Os, paths = sorted(df["O"].dropna().unique()), _slots(df)
 
     def value(p, o):
         v, status = _cell(df, p, "dram_bytes", O=o)
@@ -146,7 +154,8 @@ def _headroom(ax, factor: float) -> None:
 
 def _paths(res: Results) -> list[str]:
     """Every path any Fig 8 panel draws."""
-    return with_partners(set().union(*(_table(res, m)["path"].unique() for m in ("latency_ms", "dram_bytes"))))
+    return with_partners(set().union(*(_table(res, m)["path"].unique() for m in ("latency_ms", "dram_bytes")),
+                                     not_in_paper_paths()))
 
 
 def draw(res: Results):

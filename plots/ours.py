@@ -26,7 +26,7 @@ import pandas as pd
 from plots import paper
 from plots.data import PRIMARY_GATE, Results, median_ok, own_gates, paired_ratio, select
 from plots.style import (FULLSTATE_SYSTEMS, INDEX_MODE, MIB, PAPER_MODE, REFERENCE_PATHS, display_name, mode_path,
-                         ordered)
+                         not_in_paper_paths, ordered)
 
 
 @dataclass(frozen=True)
@@ -240,6 +240,35 @@ def _all_measures(mode: str) -> dict:
         m[f"fig8c.traffic_reduction.{b}.O3"] = lambda r, p=p: fig8_ratio(r, p, "onela", "dram_bytes", 3)
         m[f"fig8c.ai_gain.{b}.O3"] = lambda r, p=p: fig8_ratio(r, "onela", p, "arith_intensity", 3)
     return m
+
+
+def _median_ratio(res: Results, baseline: str, metric: str, what: str) -> Measured:
+    r = fig7_ratios(res, metric).get(baseline)
+    if r is None:
+        return missing(res["operator"], "onela", baseline)
+    return Measured(float(r.median()), f"median over {len(r)} paired {what} within {PRIMARY_GATE:.3g}")
+
+
+# The numbers of a FullState system the paper does not compare against (plots.style.NOT_IN_PAPER), each computed as
+# its paper counterpart is for the paper's baselines: (label, unit, function(Results, path) -> Measured).
+NOT_IN_PAPER_MEASURES: list[tuple[str, str, object]] = [
+    ("Fig 7a: median latency speedup of OneLA over it (operator suite)", "x",
+     lambda r, p: _median_ratio(r, p, "latency_ms", "shapes")),
+    ("Fig 7b: median persistent-capacity reduction of OneLA over it (operator suite)", "x",
+     lambda r, p: _median_ratio(r, p, "persistent_bytes", "shapes")),
+    *[(f"Fig 8a: recurrent-path latency (R=4 W=512 Qwen), O={O}", "ms",
+       lambda r, p, O=O: fig8_value(r, p, "latency_ms", O)) for O in (3, 7)],
+    *[(f"Fig 8a: its latency / OneLA's, O={O}", "x",
+       lambda r, p, O=O: fig8_ratio(r, p, "onela", "latency_ms", O)) for O in (3, 7)],
+    *[(f"Fig 8b: persistent recurrent-state capacity, O={O}", "MiB",
+       lambda r, p, O=O: fig8_value(r, p, "persistent_bytes", O, MIB)) for O in (3, 7)],
+    ("Fig 8c: its DRAM traffic / OneLA's, O=3", "x", lambda r, p: fig8_ratio(r, p, "onela", "dram_bytes", 3)),
+]
+
+
+def not_in_paper(res: Results) -> list[tuple[str, str, str, Measured]]:
+    """(path, label, unit, Measured) for every NOT_IN_PAPER system's paths (the paper's mode first) and measure."""
+    return [(p, label, unit, f(res, p)) for p in not_in_paper_paths() for label, unit, f in NOT_IN_PAPER_MEASURES]
 
 
 def loose_gates(res: Results) -> dict[str, float]:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from plots import fig_beam_scaling, fig_breakdown, paper
 from plots.data import SHAPE_KEY, SUITES, Results
-from plots.ours import MODE_KEYS, index_measures, measures, mode_paths
-from plots.style import INDEX_MODE, PAPER_MODE
+from plots.ours import MODE_KEYS, index_measures, measures, mode_paths, not_in_paper
+from plots.style import INDEX_MODE, PAPER_MODE, display_name
 
 NOT_MEASURED = "not measured yet"
 NOT_PAIRED = "not paired"
@@ -80,6 +80,15 @@ def paper_vs_ours(res: Results) -> list[str]:
     return _table(["where", "quantity", "paper", "ours", "ours/paper", "source; how ours was computed"], rows)
 
 
+def baselines_not_in_paper(res: Results) -> list[str]:
+    """The numbers of each FullState system the paper does not compare against (plots.style.NOT_IN_PAPER), both
+    modes, computed as the paper's numbers are for its baselines; the paper column says it has none."""
+    rows = [[display_name(p), f"`{p}`", label, "not in the paper", ours_text(m, unit),
+             m.note or ("" if m.measured else "no row yet")]
+            for p, label, unit, m in not_in_paper(res)]
+    return _table(["system", "path", "quantity", "paper", "ours", "how ours was computed"], rows)
+
+
 def floors_per_geometry(res: Results) -> list[str]:
     """OneLA's latency / floor_ms per operator geometry, with latency / launch_floor_ms beside it where rows
     have that column (plots.fig_floor_geometry.report_lines)."""
@@ -124,7 +133,7 @@ def _frameworks(rec: dict) -> str:
         name, _, ver = fw.get("requirement", "").partition("==")
         packed[name] = ver
     out = []
-    for p in ("vllm", "sglang", "flashinfer-python", "tensorrt_llm", "tensorrt-llm"):
+    for p in ("vllm", "sglang", "flashinfer-python", "tensorrt_llm", "tensorrt-llm", "fla-core"):
         if pk.get(p, "not installed") != "not installed":
             out.append(f"{p} {pk[p]}")
         elif p in packed:
@@ -203,6 +212,7 @@ def build(res: Results, figures: list[Path] | None = None, report_dir: Path = Pa
              "state read through an index, no copy; e.g. \"vLLM FullState (index mode)\") follows each such number in "
              f"its own row (↳), \"{NOT_PAIRED}\" with the paper's value (docs/methods.md §4).", "",
              "## Numbers to reproduce", "", *paper_vs_ours(res), "",
+             "## Baselines the paper does not compare against", "", *baselines_not_in_paper(res), "",
              "## Where a decode call's time goes (not in the paper)", "", *fig_breakdown.report_lines(res.root), "",
              "## OneLA against its floors per geometry (not in the paper)", "", *floors_per_geometry(res), "",
              "## Depth and width scaling (beyond the paper)", "", *fig_beam_scaling.report_lines(res), "",

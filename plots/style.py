@@ -12,9 +12,9 @@ import matplotlib
 matplotlib.use("Agg")  # no display: the reporting stage runs on any machine
 import matplotlib.pyplot as plt  # noqa: E402
 
-# The five FullState systems, each registered in two maintenance modes (docs/methods.md §4): the paper's mode
+# The FullState systems, each registered in two maintenance modes (docs/methods.md §4): the paper's mode
 # (path `<system>_paper`: one persistent pool, an explicit per-step copy of the parents' states) and the index mode
-# (path `<system>`: two pools, the parent's state read through an index). One naming rule for all five: the paper's
+# (path `<system>`: two pools, the parent's state read through an index). One naming rule for all: the paper's
 # mode carries the paper's name, the index mode the same name + INDEX_LABEL; both take the system's colour, and the
 # index mode is hatched (INDEX_HATCH). The paper's numbers pair only with the paper's mode (plots/ours.py).
 FULLSTATE_SYSTEMS: dict[str, tuple[str, str]] = {
@@ -23,7 +23,12 @@ FULLSTATE_SYSTEMS: dict[str, tuple[str, str]] = {
     "sglang_fullstate": ("SGLang FullState", "#2e7d32"),
     "flashinfer_fullstate": ("FlashInfer FullState", "#6a1b9a"),
     "trtllm_fullstate": ("TRT-LLM FullState", "#ef6c00"),
+    "fla_fullstate": ("fla FullState", "#00838f"),
 }
+# FullState systems the paper does not compare against: no paper value pairs with them. Figures 7 and 8 keep a slot
+# for each in both modes ("not measured yet" while it has no row) and REPORT.md lists their numbers in a section
+# of their own (plots/report.py), never in a paper claim.
+NOT_IN_PAPER: tuple[str, ...] = ("fla_fullstate",)
 PAPER_SUFFIX = "_paper"
 INDEX_LABEL = " (index mode)"
 INDEX_HATCH = "////"
@@ -75,6 +80,7 @@ PATH_STYLE: dict[str, tuple[str, str]] = {
     "sglang_replayssm": ("SGLang ReplaySSM", "#a5d6a7"),
     **_fullstate("flashinfer_fullstate"),
     **_fullstate("trtllm_fullstate"),
+    **_fullstate("fla_fullstate"),
     "reference_fullstate": ("Reference FullState (torch)", "#8d6e63"),
     "reference_replay": ("Reference replay (torch)", "#bcaaa4"),
 }
@@ -122,6 +128,11 @@ def colour(path: str) -> str:
 def hatch(path: str) -> str | None:
     """INDEX_HATCH for an index-mode FullState path (same colour as its paper mode), None for every other path."""
     return INDEX_HATCH if mode_of(path) == INDEX_MODE else None
+
+
+def not_in_paper_paths() -> list[str]:
+    """Both modes' paths of every NOT_IN_PAPER system, the paper's mode first."""
+    return [p for s in NOT_IN_PAPER for p in (mode_path(s, PAPER_MODE), mode_path(s, INDEX_MODE))]
 
 
 def with_partners(paths) -> list[str]:

@@ -565,12 +565,13 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
     # the warp-specialised Gluon kernel (the interpreter cannot run it; this is its CPU check): what the stepper
     # launches, no spills at the deepest step (gdn_small's step 5, V = 256 as two 128-column chunks, spills 8
     # bytes and no more), shared memory in the 227 KB an sm_90 block may take, and its async machinery in the SASS
-    # (TMA loads, cp.async gathers, wgmma, TMA stores). G > 2: the prep kernel first at steps past 1. K = 256
-    # (two key blocks, V = 256 and 512): none at step 5 either, nor at step 31 (the prep kernel, then ws).
+    # (TMA loads, cp.async gathers, wgmma, TMA stores). G > 2: the prep kernel first at steps past 1 (at K = 256
+    # and V = 512, four value chunks, past step 0). K = 256 (two key blocks, V = 256 and 512): none at step 5
+    # either, nor at step 31 (the prep kernel, then ws).
     for geometry, kernels5, spill5, steps in (
             ("qwen3_5_0_8b", ["ws"], 0, (0, 5)), ("qwen3_5_397b", ["prep", "ws"], 0, (0, 5)),
             ("gdn_small", ["ws"], 8, (0, 5)), ("range_hk4_hv16", ["prep", "ws"], 0, (0, 5)),
-            ("range_k256_v256", ["ws"], 0, (0, 5)), ("gdn_1_3b", ["ws"], 0, (0, 5, 31))):
+            ("range_k256_v256", ["ws"], 0, (0, 5)), ("gdn_1_3b", ["prep", "ws"], 0, (0, 5, 31))):
         out = inspect("--geometry", geometry, "--O", str(max(steps) + 2), "--steps", *map(str, steps), "--order")
         for step in steps:
             lines = [ln for ln in out if ln.startswith(f"step {step} ")]
@@ -771,7 +772,7 @@ def test_controlled_fullstate_paper_mode_gathers_into_one_pool(device):
 
 def test_fullstate_paper_paths_are_registered_and_report_a_workspace():
     from artifact.paths import PATHS, DecodePath
-    for system in ("controlled", "vllm", "sglang", "flashinfer", "trtllm"):
+    for system in ("controlled", "vllm", "sglang", "flashinfer", "trtllm", "fla"):
         assert f"{system}_fullstate" in PATHS and f"{system}_fullstate_paper" in PATHS
         path = get_path(f"{system}_fullstate_paper")
         assert path.name == f"{system}_fullstate_paper" and isinstance(path, DecodePath)

@@ -21,7 +21,7 @@ from plots import __main__ as plots_main
 from plots import (fig6_full_model, fig7_generality, fig8_sources, fig_beam_scaling, fig_breakdown, fig_floor_geometry,
                    paper, report)
 from plots.data import load_results, paired_ratio, read_csv
-from plots.ours import MODE_KEYS, index_measures, measures
+from plots.ours import MODE_KEYS, index_measures, measures, not_in_paper
 from plots.style import INDEX_MODE, PAPER_MODE, colour, display_name, hatch, setup
 
 QWEN = (16, 16, 128, 128)
@@ -29,11 +29,11 @@ FAKE_GEOMETRIES = {"fake_qwen": QWEN, "fake_wide": (4, 16, 128, 256), "fake_big"
 # Synthetic baseline/OneLA latency factors, exact on every shape so medians are known.
 FAKE_LATENCY_FACTOR = {"vllm_fullstate": 40.0, "sglang_fullstate": 42.0, "vllm_prefix_replay": 17.0,
                        "sglang_replayssm": 18.0, "flashinfer_fullstate": 41.0, "trtllm_fullstate": 46.0,
-                       "controlled_fullstate": 38.0}
+                       "controlled_fullstate": 38.0, "fla_fullstate": 44.0}
 # The paper-mode FullState paths: factors unlike their index modes' and below the replay paths' (so every number
 # over all baselines, e.g. the smallest speedup at the largest Qwen shape, differs between the modes); one pool.
 FAKE_PAPER_FACTOR = {"vllm_fullstate_paper": 12.0, "sglang_fullstate_paper": 13.0, "flashinfer_fullstate_paper": 14.0,
-                     "trtllm_fullstate_paper": 15.0, "controlled_fullstate_paper": 11.0}
+                     "trtllm_fullstate_paper": 15.0, "controlled_fullstate_paper": 11.0, "fla_fullstate_paper": 16.0}
 FULL_MODEL_PATHS = {"onela": 1.0, "controlled_fullstate": 2.0, "vllm_fullstate": 2.16, "vllm_prefix_replay": 2.5}
 FULL_MODEL_PAPER = {"controlled_fullstate_paper": 2.5, "vllm_fullstate_paper": 2.75}
 
@@ -90,6 +90,18 @@ def fig8_rows(paper=True):
             flops = {"onela": dram * 30, "vllm_fullstate_paper": 16000 * 2 ** 20}   # the copy adds bytes, no FLOPs
             rows.append(_row("traffic", p, "fake_qwen", 4, 512, T, dram_read_bytes=dram * 0.75,
                              dram_write_bytes=dram * 0.25, flops=flops.get(p, dram)))
+    return rows
+
+
+def fla_fig8_rows():
+    """Fig 8's cell for fla FullState (a system not in the paper), both modes: 4.4 T ms index, 4.6 T ms paper."""
+    rows = []
+    for T in (2, 6):
+        for p, x, cap in (("fla_fullstate", 4.4 * T, 2048.0), ("fla_fullstate_paper", 4.6 * T, 1024.0)):
+            rows.append(_row("recurrent_path", p, "fake_qwen", 4, 512, T, latency_ms=x, floor_ms=x / 3,
+                             persistent_bytes=cap * 2 ** 20, written_bytes=cap * 2 ** 20))
+            rows.append(_row("traffic", p, "fake_qwen", 4, 512, T, dram_read_bytes=18000 * 2 ** 20,
+                             dram_write_bytes=6000 * 2 ** 20, flops=24000 * 2 ** 20))
     return rows
 
 
@@ -273,8 +285,10 @@ def test_empty_results_say_not_measured_and_no_data(tmp_path):
     no_kernel = [n for n in paper.NUMBERS if any(f".{s}." in f"{n.key}." for s in paper.NO_KERNEL)]
     assert no_kernel and text.count("none: no GDN kernel") == len(no_kernel)
     # + each FullState number's index-mode row, the header's word on the pairing, the breakdown section, the
-    # line naming the registered paths with no rows (here: all of them) and the depth and width scaling section
-    assert text.count(report.NOT_MEASURED) == len(paper.NUMBERS) - len(no_kernel) + len(MODE_KEYS) + 4
+    # line naming the registered paths with no rows (here: all of them), the depth and width scaling section and
+    # each number of the systems not in the paper
+    assert text.count(report.NOT_MEASURED) == (len(paper.NUMBERS) - len(no_kernel) + len(MODE_KEYS) + 4
+                                               + len(not_in_paper(res)))
     for mod in (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, fig_breakdown, fig_beam_scaling):
         assert "no data yet" in texts(mod.draw(res))
 
@@ -463,26 +477,29 @@ def test_figures_render_index_only_and_never_draw_the_paper_at_the_index_mode(fa
     xs = _diamond_xs(ax)
     assert len(xs) == 5                                 # the paper's five medians (no vLLM ReplaySSM kernel)
     assert all(min(abs(x - i) for i in index_at) > 0.5 for x in xs)
-    assert sum("(n=0)" in lb for lb in labels) == 5    # vLLM, SGLang, FlashInfer, TRT-LLM, Controlled: paper mode
+    assert sum("(n=0)" in lb for lb in labels) == 6    # vLLM, SGLang, FlashInfer, TRT-LLM, Controlled, fla: paper mode
 
 
 def test_figures_render_both_modes_with_the_paper_at_the_paper_mode(fake):
     fig = fig8_sources.draw(fake)
+    t = texts(fig)
+    # every slot is measured but fla's (a system not in the paper, no rows in this cell: 2 paths x 8 bar groups)
+    assert t.count("not measured yet") == 16 and "fla FullState" in t
     paper_bars = [a for a in fig.axes[0].patches if a.get_gid() == "series:vllm_fullstate_paper"]
     assert paper_bars and not any(a.get_hatch() for a in paper_bars)
     for x in _diamond_xs(fig.axes[0]):
         if not any(b.get_x() <= x <= b.get_x() + b.get_width() * 1.5 for b in paper_bars):
             onela = [a for a in fig.axes[0].patches if a.get_gid() == "series:onela"]
             assert any(b.get_x() <= x <= b.get_x() + b.get_width() * 1.5 for b in onela), x
-    assert "not measured yet" not in texts(fig)
 
 
-def test_one_naming_rule_for_the_five_fullstate_systems():
+def test_one_naming_rule_for_the_fullstate_systems():
     """The paper's mode carries the paper's name, the index mode the same name + " (index mode)", same colour,
     hatched; no other path is named as a mode."""
     from artifact.paths import PATHS
+    from plots.style import FULLSTATE_SYSTEMS
     papers = [p for p in PATHS if p.endswith("_fullstate_paper")]
-    assert len(papers) == 5
+    assert len(papers) == len(FULLSTATE_SYSTEMS) == 6
     for p in papers:
         idx = p.removesuffix("_paper")
         assert idx in PATHS
@@ -494,3 +511,36 @@ def test_one_naming_rule_for_the_five_fullstate_systems():
     for p in set(PATHS) - set(papers) - {p.removesuffix("_paper") for p in papers}:
         assert "(index mode)" not in display_name(p) and not hatch(p), p
     assert len({display_name(p) for p in PATHS}) == len(PATHS)
+
+
+def test_systems_not_in_the_paper_keep_slots_and_report_rows(tmp_path):
+    """fla (plots.style.NOT_IN_PAPER): a slot in Figs 7 and 8 in both modes and REPORT rows saying "not in the
+    paper", from its rows where it has them, "not measured yet" where it has none; never in a paper claim."""
+    (tmp_path / "with").mkdir()
+    (tmp_path / "without").mkdir()
+    fake = load_results(write_results(tmp_path / "with", operator_rows() + fig8_rows() + fla_fig8_rows()
+                                      + full_model_rows()))
+    fig = fig8_sources.draw(fake)
+    assert "not measured yet" not in texts(fig)
+    assert {"series:fla_fullstate", "series:fla_fullstate_paper"} <= series(fig.axes[0])
+    lines = report.build(fake).splitlines()
+    section = lines[lines.index("## Baselines the paper does not compare against"):]
+    rows = [cells(ln) for ln in section[4:section.index("", 2)]]
+    speed = {r[1]: r[4] for r in rows if r[2].startswith("Fig 7a")}
+    assert speed == {"`fla_fullstate_paper`": "16.0×", "`fla_fullstate`": "44.0×"}
+    assert all(r[3] == "not in the paper" for r in rows)
+    lat = {(r[1], r[2]): r[4] for r in rows if r[2].startswith("Fig 8a: its latency")}
+    assert lat[("`fla_fullstate`", "Fig 8a: its latency / OneLA's, O=3")] == "44.0×"        # 4.4 T / 0.1 T
+    assert lat[("`fla_fullstate_paper`", "Fig 8a: its latency / OneLA's, O=7")] == "46.0×"
+    assert not any("`fla_" in ln or "fla FullState" in ln for ln in report.paper_vs_ours(fake))
+    # without fla rows: its slots say so, and the paper's numbers are the same
+    empty = [r for r in operator_rows() + fig8_rows() + full_model_rows() if not r["path"].startswith("fla_")]
+    res = load_results(write_results(tmp_path / "without", empty))
+    for mod in (fig7_generality, fig8_sources):
+        fig = mod.draw(res)
+        t = texts(fig)
+        assert t.count("not measured yet") >= 2 and "fla" in t, mod.__name__
+        assert not any("series:fla_" in gid for ax in fig.axes for gid in series(ax)), mod.__name__
+    assert report.paper_vs_ours(res) == report.paper_vs_ours(fake)
+    section = report.baselines_not_in_paper(res)
+    assert all("not measured yet" in ln for ln in section[2:]) and len(section) == 2 + len(not_in_paper(res))

@@ -360,7 +360,7 @@ def test_every_caller_counts_a_paths_flops_and_bytes_alike():
         assert (rec["compulsory_bytes"], rec["flops"]) == (n * cost["compulsory_bytes"], n * cost["flops"]), name
     assert flops["onela"] == flops["reference_replay"]
     fullstate = {n: f for n, f in flops.items() if get_path(n).algorithm.name == "fullstate"}
-    assert len(fullstate) == 11 and len(set(fullstate.values())) == 1, fullstate
+    assert len(fullstate) == 13 and len(set(fullstate.values())) == 1, fullstate
     assert flops["reference_fullstate"] == _fullstate_flops(geo, 2, 3, 3)
 
 
