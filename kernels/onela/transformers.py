@@ -299,7 +299,7 @@ class OneLABeamCache:
         q, k, v = torch.split(mixed, [m.key_dim, m.key_dim, m.value_dim], dim=-1)
         q, k = q.unflatten(-1, (g.hk, g.k)), k.unflatten(-1, (g.hk, g.k))
         v = v.unflatten(-1, (g.hv, g.v))
-        beta = b.sigmoid().float().contiguous()                             # as transformers: sigmoid in the model dtype
+        beta = b.sigmoid().float().contiguous()                 # as transformers: the sigmoid in the model dtype
         gate = (-m.A_log.float().exp() * F.softplus(a.float() + m.dt_bias)).contiguous()
         o = self.ops[i].step(q, k, v, gate, beta, self.tree.parents)        # [R, W, HV, V]
         o = m.norm(o.reshape(-1, g.v), z.reshape(-1, g.v)).reshape(N, 1, -1)

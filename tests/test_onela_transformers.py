@@ -1,0 +1,211 @@
+"""`kernels.onela.transformers.onela_generate` against stock `Qwen3_5ForCausalLM.generate(num_beams=W)`.
+
+One small random Qwen3.5 checkpoint (written by `save_hf_checkpoint`, loaded by transformers) runs transformers'
+own beam search twice -- stock, and with the GDN decode through OneLA -- over R = 2 different prompts, greedy
+(do_sample=False), no EOS, length_penalty 0 (a beam's score is the sum of its tokens' log-probs). On CPU the OneLA
+kernels run under the Triton interpreter; on a GPU host the same test runs there.
+
+Tolerances (as tests/test_model_hf.py measures them for the same model on our own pipeline): OneLA's records
+(delta, k-hat) are bf16 and its projections read q, k and S_ctx rounded to bf16, so a decode call's logits agree
+with stock's to about bf16's relative spacing: the bound is 5e-3 of the largest |logit| (measured here 1.0e-3,
+with transformers 5.17 and 5.24 alike). A final score adds T decode calls' log-softmax values, each off by at most
+twice the logit error, so scores agree within 2 T times the logit bound in absolute terms (measured 3.7e-4
+against a bound of 4.0e-2). The sequences must be identical.
+
+The GPU test does the same at Qwen3.5-0.8B's head geometry in fp32 (TF32 off), R = 4, W = 64, 1,000-token
+prompts.
+"""
+import dataclasses
+import re
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers", minversion="5.2")
+
+import kernels.onela.transformers as hfo  # noqa: E402
+from artifact.model.config import QWEN3_5_0_8B, ModelConfig, hybrid_pattern  # noqa: E402
+from artifact.model.prefill import random_prompts  # noqa: E402
+from artifact.model.weights import random_weights, save_hf_checkpoint  # noqa: E402
+
+# One period of Qwen3.5's layer pattern (3 GDN + 1 gated attention), GQA in both mixers, K = V = 16 (the
+# interpreter's cost grows with the head size), partial rotary on 4 of 16 dims: tests/test_model_hf.py's model.
+TINY = ModelConfig(
+    vocab_size=97, hidden_size=64, intermediate_size=128, layer_types=hybrid_pattern(4, 4),
+    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+    linear_conv_kernel_dim=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    partial_rotary_factor=0.25, rope_theta=10_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
+LOGIT_TOL = 5e-3     # relative to max |logit| (module docstring)
+R, L, W, N = 2, 70, 4, 4          # N new tokens: the prefill's, then N - 1 decode calls
+SEARCH = dict(num_return_sequences=W, early_stopping=False, length_penalty=0.0, eos_token_id=None, pad_token_id=0,
+              output_scores=True, output_logits=True, return_dict_in_generate=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    """Tiny tensors: one intra-op thread is fastest, and on a shared host two threads thrash."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def _model(folder, cfg, dtype, device, seed=1):
+    save_hf_checkpoint(folder, cfg, random_weights(cfg, seed=seed))
+    return transformers.Qwen3_5ForCausalLM.from_pretrained(folder, dtype=dtype).to(device).eval()
+
+
+@pytest.fixture(scope="module")
+def hf(tmp_path_factory):
+    dev = "cuda" if torch.cuda.is_available() else "cpu"
+    return _model(tmp_path_factory.mktemp("qwen3_5_tiny"), TINY, torch.float32, dev)
+
+
+@pytest.fixture(scope="module")
+def prompts(hf):
+    p = random_prompts(R, L, TINY.vocab_size, seed=3).to(hf.device)
+    assert not torch.equal(p[0], p[1])
+    return p
+
+
+class _Batches:
+    """The [batch, length] of every call of the text model (transformers' own forward)."""
+
+    def __init__(self, model):
+        self.shapes = []
+        self.handle = model.model.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, module, args, kwargs):
+        ids = kwargs.get("input_ids", args[0] if args else None)
+        self.shapes.append(tuple(ids.shape))
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.remove()
+
+
+def _compare(out, ref, T):
+    """Sequences identical; per-call logits within LOGIT_TOL of the largest |logit|; scores within 2 T times
+    that. Returns (largest relative logit error, largest score error, the score bound)."""
+    assert torch.equal(out.sequences, ref.sequences), (out.sequences, ref.sequences)
+    scale = max(float(x.abs().max()) for x in ref.logits)
+    err = max(float((a.float() - b.float()).abs().max()) for a, b in zip(out.logits, ref.logits)) / scale
+    assert err < LOGIT_TOL, err
+    score_err = float((out.sequences_scores - ref.sequences_scores).abs().max())
+    bound = 2 * T * LOGIT_TOL * scale
+    assert score_err < bound, (score_err, bound)
+    return err, score_err, bound
+
+
+@pytest.fixture(scope="module")
+def stock(hf, prompts):
+    with _Batches(hf) as seen, torch.no_grad():
+        ref = hf.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), num_beams=W,
+                          max_new_tokens=N, do_sample=False, **SEARCH)
+    assert seen.shapes == [(R * W, L)] + [(R * W, 1)] * (N - 1)       # stock: W copies of each prompt, then N - 1
+    return ref
+
+
+def test_onela_generate_returns_stock_generates_beams(hf, prompts, stock):
+    """Same beams and scores as stock generate; the model's own forward ran once, on the R distinct prompts
+    (R x L, not R W x L); the decode calls went through OneLA (N - 1 steps, the records sized for them); the
+    prompt KV is kept once per request; the model's forward is restored afterwards."""
+    with _Batches(hf) as seen:
+        out, cache = hfo.onela_generate(hf, prompts, num_beams=W, max_new_tokens=N, return_cache=True, **SEARCH)
+    assert seen.shapes == [(R, L)]
+    assert "forward" not in vars(hf)
+    assert cache.t == N - 1 and cache.forward_calls == N
+    assert all(op.steps_done == N - 1 for op in cache.ops.values()) and len(cache.ops) == 3
+    assert cache.capacity_bytes > 0
+    (kp, vp), = cache.prompt_kv.values()
+    assert kp.shape == vp.shape == (R, TINY.num_key_value_heads, L, TINY.head_dim)
+    _compare(out, stock, N - 1)
+
+
+def test_the_comparison_sees_a_beam_that_forgets_its_parent(hf, prompts, stock, monkeypatch):
+    """If the reorder dropped generate's selection (every beam reading its own slot's history instead of its
+    parent's), the beams or their scores would differ from stock's: the comparison above can fail."""
+    monkeypatch.setattr(hfo.OneLABeamCache, "reorder_cache", lambda self, beam_idx: None)
+    out = hfo.onela_generate(hf, prompts, num_beams=W, max_new_tokens=N, **SEARCH)
+    with pytest.raises(AssertionError):
+        _compare(out, stock, N - 1)
+
+
+REFUSED = {
+    "sampling": (dict(do_sample=True), "do_sample=True"),
+    "one beam": (dict(num_beams=1), "num_beams must be an int >= 2"),
+    "max_length": (dict(max_length=80), "max_length=80"),
+    "one new token": (dict(max_new_tokens=1), "max_new_tokens must be an int >= 2"),
+    "padding": (dict(attention_mask="left_pad"), "attention_mask has 2 zero(s)"),
+    "hidden states": (dict(output_hidden_states=True), "output_hidden_states=True"),
+    "a given cache": (dict(past_key_values="a cache"), "past_key_values='a cache'"),
+    "a flat batch": (dict(input_ids="flat"), "input_ids must be integer token ids [R, L]"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSED))
+def test_refuses_what_it_does_not_cover_naming_the_value(hf, prompts, case):
+    kw, message = REFUSED[case]
+    args = {"num_beams": W, "max_new_tokens": N, **kw}
+    ids = prompts
+    if args.get("input_ids") == "flat":
+        ids = prompts[0]
+        del args["input_ids"]
+    if args.get("attention_mask") == "left_pad":
+        mask = torch.ones_like(prompts)
+        mask[1, :2] = 0
+        args["attention_mask"] = mask
+    with pytest.raises(ValueError, match=re.escape(message)):
+        hfo.onela_generate(hf, ids, **args)
+    assert "forward" not in vars(hf)
+
+
+def test_refuses_an_untested_transformers_unless_asked(hf, prompts, monkeypatch):
+    monkeypatch.setattr(hfo, "transformers_version", lambda: "4.57.1")
+    with pytest.raises(ValueError, match=r"transformers 4\.57\.1 is untested \(tested: 5\.17, 5\.24\)"):
+        hfo.onela_generate(hf, prompts, num_beams=W, max_new_tokens=N)
+    assert hfo.check_transformers(allow_untested=True) == "4.57.1"
+
+
+def test_refuses_a_cpu_without_the_interpreter(hf, prompts, monkeypatch):
+    if hf.device.type == "cuda":
+        pytest.skip("the model is on a GPU")
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="needs TRITON_INTERPRET=1"):
+        hfo.onela_generate(hf, prompts, num_beams=W, max_new_tokens=N)
+
+
+def test_refuses_head_sizes_and_dtypes_the_kernels_do_not_take(tmp_path, prompts):
+    """K = 8 (OneLA takes multiples of 16) and an fp16 model, each named; nothing is generated."""
+    dev = prompts.device
+    small_k = _model(tmp_path / "k8", dataclasses.replace(TINY, linear_key_head_dim=8), torch.float32, dev)
+    with pytest.raises(ValueError, match="K=8 unsupported"):
+        hfo.onela_generate(small_k, prompts, num_beams=W, max_new_tokens=N)
+    half = _model(tmp_path / "fp16", TINY, torch.float16, dev)
+    with pytest.raises(ValueError, match="model dtype torch.float16 is not covered"):
+        hfo.onela_generate(half, prompts, num_beams=W, max_new_tokens=N)
+
+
+@pytest.mark.gpu
+def test_gpu_qwen3_5_0_8b_heads_return_stock_beams(tmp_path):
+    """On CUDA: Qwen3.5-0.8B's GDN and attention heads (16 / 16 of 128; 8 q / 2 kv of 256, rotary on 64) in two
+    periods of its layer pattern (8 layers, hidden 1024), vocabulary 4,096, fp32 with TF32 off, R = 4 different
+    1,000-token prompts, W = 64, 5 new tokens: the same beams and scores as stock generate, the prompt prefilled
+    once per request."""
+    from artifact.reference import full_precision
+    cfg = dataclasses.replace(QWEN3_5_0_8B, vocab_size=4096, layer_types=QWEN3_5_0_8B.layer_types[:8])
+    Rg, Lg, Wg, Ng = 4, 1000, 64, 5
+    model = _model(tmp_path, cfg, torch.float32, "cuda", seed=0)
+    ids = random_prompts(Rg, Lg, cfg.vocab_size, seed=1, device="cuda")
+    search = dict(SEARCH, num_return_sequences=Wg)
+    with full_precision(), torch.no_grad():
+        ref = model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), num_beams=Wg, max_new_tokens=Ng,
+                             do_sample=False, **search)
+        with _Batches(model) as seen:
+            out = hfo.onela_generate(model, ids, num_beams=Wg, max_new_tokens=Ng, **search)
+    assert seen.shapes == [(Rg, Lg)]
+    err, score_err, bound = _compare(out, ref, Ng - 1)
+    print(f"0.8B heads, R={Rg} W={Wg} L={Lg}: logits {err:.2e} relative (bound {LOGIT_TOL}), "
+          f"scores {score_err:.2e} (bound {bound:.2e})")
