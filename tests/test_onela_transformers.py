@@ -209,3 +209,18 @@ def test_gpu_qwen3_5_0_8b_heads_return_stock_beams(tmp_path):
     err, score_err, bound = _compare(out, ref, Ng - 1)
     print(f"0.8B heads, R={Rg} W={Wg} L={Lg}: logits {err:.2e} relative (bound {LOGIT_TOL}), "
           f"scores {score_err:.2e} (bound {bound:.2e})")
+
+
+def test_the_timing_tool_runs_its_plumbing_on_cpu(tmp_path):
+    """`python -m tools.hf_generate --cpu`: both systems at one tiny cell; the rows read back in the results
+    schema, the side table names every row, and OneLA's row says whether its beams are stock's."""
+    from artifact.results import read_rows
+    from tools import hf_generate
+    assert hf_generate.main(["--cpu", "--out", str(tmp_path)]) == 0
+    rows = read_rows(tmp_path / "hf_generate.csv")
+    assert [(r["path"], r["status"]) for r in rows] == [(hf_generate.STOCK, "ok"), (hf_generate.ONELA, "ok")]
+    side = (tmp_path / hf_generate.TIMES).read_text().splitlines()
+    assert side[0].split(",") == hf_generate.TIME_COLUMNS and len(side) == 3
+    onela = dict(zip(hf_generate.TIME_COLUMNS, side[2].split(",")))
+    assert onela["config_hash"] == rows[1]["config_hash"] and onela["beams_identical_to_stock"] == "True"
+    assert len(list((tmp_path / "env").glob("*.json"))) == 1
