@@ -12,8 +12,9 @@ with transformers 5.17 and 5.24 alike). A final score adds T decode calls' log-s
 twice the logit error, so scores agree within 2 T times the logit bound in absolute terms (measured 3.7e-4
 against a bound of 4.0e-2). The sequences must be identical.
 
-The GPU test does the same at Qwen3.5-0.8B's head geometry in fp32 (TF32 off), R = 4, W = 64, 1,000-token
-prompts.
+The GPU test runs Qwen3.5-0.8B's head geometry in fp32 (TF32 off), R = 4, W = 64, 1,000-token prompts, where
+near-ties make exact equality a matter of luck: it holds the two searches to the same selections up to the first
+near-tie (its docstring).
 """
 import dataclasses
 import re
@@ -99,6 +100,55 @@ def _compare(out, ref, T):
     return err, score_err, bound
 
 
+def selections(out, R, W):
+    """Replay a beam search's selections from generate's per-step log-probs (`output_scores`; no EOS, so the
+    running beams are the top W candidates in order, as generate keeps them). Returns per step (candidate scores
+    [R, W * vocab], kept candidate indices [R, W] best first, the gap between the W-th and the (W+1)-th)."""
+    running = torch.full((R, W), -1e9, dtype=torch.float32, device=out.sequences.device)
+    running[:, 0] = 0.0
+    steps = []
+    for logp in out.scores:
+        cand = (running[:, :, None] + logp.float().view(R, W, -1)).view(R, -1)
+        top, idx = cand.topk(W + 1, dim=-1)
+        steps.append((cand, idx[:, :W], top[:, W - 1] - top[:, W]))
+        running = top[:, :W]
+    return steps
+
+
+def first_divergence(out, ref, R, W):
+    """Where the two searches first keep different candidates, and whether that is a near-tie. Up to that step
+    both searches scored the same beams, so their candidate scores align. Returns None (same selections at every
+    step) or (step, request, stock's score gap between the two candidates that swapped, the largest candidate
+    score difference between the searches at that step)."""
+    for t, ((c_out, k_out, _), (c_ref, k_ref, _)) in enumerate(zip(selections(out, R, W), selections(ref, R, W))):
+        for r in range(R):
+            diff = (k_out[r] != k_ref[r]).nonzero()
+            if len(diff):
+                j = int(diff[0])
+                gap = float((c_ref[r, k_ref[r, j]] - c_ref[r, k_out[r, j]]).abs())
+                return t, r, gap, float((c_out[r] - c_ref[r]).abs().max())
+    return None
+
+
+def check_up_to_near_tie(out, ref, R, W, O):
+    """The two searches keep the same candidates at every step up to one where stock's own scores of the two
+    candidates they kept differently are closer than twice the largest candidate-score difference between the
+    searches at that step (a near-tie); the logits of every step up to and including that one (all computed on
+    the same beams) agree within LOGIT_TOL. Returns (steps with the same selections, largest relative logit
+    error, the divergence or None)."""
+    div = first_divergence(out, ref, R, W)
+    compared = O if div is None else div[0] + 1
+    scale = max(float(x.abs().max()) for x in ref.logits)
+    err = max(float((a.float() - b.float()).abs().max()) / scale
+              for a, b in zip(out.logits[:compared], ref.logits[:compared]))
+    assert err < LOGIT_TOL, (err, div)
+    if div is not None:
+        t, r, gap, score_diff = div
+        assert gap < 2 * score_diff, f"step {t} request {r}: candidates {gap:.2e} apart swapped, scores differ " \
+                                     f"by {score_diff:.2e}: not a near-tie"
+    return (O if div is None else div[0]), err, div
+
+
 @pytest.fixture(scope="module")
 def stock(hf, prompts):
     with _Batches(hf) as seen, torch.no_grad():
@@ -122,6 +172,14 @@ def test_onela_generate_returns_stock_generates_beams(hf, prompts, stock):
     (kp, vp), = cache.prompt_kv.values()
     assert kp.shape == vp.shape == (R, TINY.num_key_value_heads, L, TINY.head_dim)
     _compare(out, stock, N - 1)
+    assert first_divergence(out, stock, R, W) is None and check_up_to_near_tie(out, stock, R, W, N)[2] is None
+    # the replayed selections are generate's: parents and tokens traced back give its sequences
+    seq, idx = [], torch.arange(W).expand(R, W)
+    for _, kept, _ in reversed(selections(stock, R, W)):
+        kept = torch.gather(kept, 1, idx)
+        seq.insert(0, kept % TINY.vocab_size)
+        idx = torch.div(kept, TINY.vocab_size, rounding_mode="floor")
+    assert torch.equal(torch.stack(seq, -1).reshape(R * W, N), stock.sequences[:, L:])
 
 
 def test_the_comparison_sees_a_beam_that_forgets_its_parent(hf, prompts, stock, monkeypatch):
@@ -131,6 +189,8 @@ def test_the_comparison_sees_a_beam_that_forgets_its_parent(hf, prompts, stock, 
     out = hfo.onela_generate(hf, prompts, num_beams=W, max_new_tokens=N, **SEARCH)
     with pytest.raises(AssertionError):
         _compare(out, stock, N - 1)
+    with pytest.raises(AssertionError):             # nor is it mistaken for a near-tie (the GPU test's check)
+        check_up_to_near_tie(out, stock, R, W, N)
 
 
 REFUSED = {
@@ -189,11 +249,17 @@ def test_refuses_head_sizes_and_dtypes_the_kernels_do_not_take(tmp_path, prompts
 
 
 @pytest.mark.gpu
-def test_gpu_qwen3_5_0_8b_heads_return_stock_beams(tmp_path):
+def test_gpu_qwen3_5_0_8b_heads_keep_stock_beams_up_to_near_ties(tmp_path):
     """On CUDA: Qwen3.5-0.8B's GDN and attention heads (16 / 16 of 128; 8 q / 2 kv of 256, rotary on 64) in two
     periods of its layer pattern (8 layers, hidden 1024), vocabulary 4,096, fp32 with TF32 off, R = 4 different
-    1,000-token prompts, W = 64, 5 new tokens: the same beams and scores as stock generate, the prompt prefilled
-    once per request."""
+    1,000-token prompts, W = 64, 5 new tokens; the prompt prefilled once per request.
+
+    At this width two candidates' scores are often closer than OneLA's error (a CPU run of this model with our own
+    pipeline: smallest gap between the 64th and 65th candidate 1.2e-4; OneLA's score error at W = 8 over 4 calls
+    7e-3), so exact equality is not what holds. What must: the two searches keep the same candidates at every step
+    until one where stock's own scores of the two candidates they kept differently differ by less than twice the
+    largest candidate-score difference between the searches at that step (a near-tie); and up to that step each
+    decode call's logits agree within LOGIT_TOL."""
     from artifact.reference import full_precision
     cfg = dataclasses.replace(QWEN3_5_0_8B, vocab_size=4096, layer_types=QWEN3_5_0_8B.layer_types[:8])
     Rg, Lg, Wg, Ng = 4, 1000, 64, 5
@@ -206,9 +272,11 @@ def test_gpu_qwen3_5_0_8b_heads_return_stock_beams(tmp_path):
         with _Batches(model) as seen:
             out = hfo.onela_generate(model, ids, num_beams=Wg, max_new_tokens=Ng, **search)
     assert seen.shapes == [(Rg, Lg)]
-    err, score_err, bound = _compare(out, ref, Ng - 1)
-    print(f"0.8B heads, R={Rg} W={Wg} L={Lg}: logits {err:.2e} relative (bound {LOGIT_TOL}), "
-          f"scores {score_err:.2e} (bound {bound:.2e})")
+    same, err, div = check_up_to_near_tie(out, ref, Rg, Wg, Ng)
+    print(f"0.8B heads, R={Rg} W={Wg} L={Lg}: same selections for {same} of {Ng} steps; logits up to there "
+          f"{err:.2e} relative (bound {LOGIT_TOL}); divergence (step, request, stock gap, score diff): {div}")
+    if div is None:
+        _compare(out, ref, Ng - 1)
 
 
 def test_the_timing_tool_runs_its_plumbing_on_cpu(tmp_path):
