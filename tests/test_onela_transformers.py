@@ -28,6 +28,7 @@ import kernels.onela.transformers as hfo  # noqa: E402
 from artifact.model.config import QWEN3_5_0_8B, ModelConfig, hybrid_pattern  # noqa: E402
 from artifact.model.prefill import random_prompts  # noqa: E402
 from artifact.model.weights import random_weights, save_hf_checkpoint  # noqa: E402
+from tools.hf_generate import first_divergence, selections  # noqa: E402
 
 # One period of Qwen3.5's layer pattern (3 GDN + 1 gated attention), GQA in both mixers, K = V = 16 (the
 # interpreter's cost grows with the head size), partial rotary on 4 of 16 dims: tests/test_model_hf.py's model.
@@ -98,36 +99,6 @@ def _compare(out, ref, T):
     bound = 2 * T * LOGIT_TOL * scale
     assert score_err < bound, (score_err, bound)
     return err, score_err, bound
-
-
-def selections(out, R, W):
-    """Replay a beam search's selections from generate's per-step log-probs (`output_scores`; no EOS, so the
-    running beams are the top W candidates in order, as generate keeps them). Returns per step (candidate scores
-    [R, W * vocab], kept candidate indices [R, W] best first, the gap between the W-th and the (W+1)-th)."""
-    running = torch.full((R, W), -1e9, dtype=torch.float32, device=out.sequences.device)
-    running[:, 0] = 0.0
-    steps = []
-    for logp in out.scores:
-        cand = (running[:, :, None] + logp.float().view(R, W, -1)).view(R, -1)
-        top, idx = cand.topk(W + 1, dim=-1)
-        steps.append((cand, idx[:, :W], top[:, W - 1] - top[:, W]))
-        running = top[:, :W]
-    return steps
-
-
-def first_divergence(out, ref, R, W):
-    """Where the two searches first keep different candidates, and whether that is a near-tie. Up to that step
-    both searches scored the same beams, so their candidate scores align. Returns None (same selections at every
-    step) or (step, request, stock's score gap between the two candidates that swapped, the largest candidate
-    score difference between the searches at that step)."""
-    for t, ((c_out, k_out, _), (c_ref, k_ref, _)) in enumerate(zip(selections(out, R, W), selections(ref, R, W))):
-        for r in range(R):
-            diff = (k_out[r] != k_ref[r]).nonzero()
-            if len(diff):
-                j = int(diff[0])
-                gap = float((c_ref[r, k_ref[r, j]] - c_ref[r, k_out[r, j]]).abs())
-                return t, r, gap, float((c_out[r] - c_ref[r]).abs().max())
-    return None
 
 
 def check_up_to_near_tie(out, ref, R, W, O):

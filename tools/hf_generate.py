@@ -12,20 +12,25 @@ beams returned). Systems:
   prompts `--stock-prompts` names (default 1024), and a cell it cannot fit is recorded as skipped with the error.
 - `hf_generate_onela`: the same generate through `kernels.onela.transformers.onela_generate`.
 
-Per cell and system: `--warmup` untimed searches (compiles, autotunes), then `--repeats` timed ones. Of each: a
-forward pre-hook and a forward hook on the model record CUDA events around every model call generate makes (the
-first is the prefill, the others the decode calls), so
+Per cell and system: `--warmup` untimed searches (compiles, autotunes), then `--repeats` timed ones (without
+generate's per-step scores, as a user runs it), then one untimed search with them for the checks below. In each
+timed search a forward pre-hook and a forward hook on the model record CUDA events around every model call generate
+makes (the first is the prefill, the others the decode calls), so
 - decode-forward time per call: GPU time between the events around one decode call (Python overhead inside the
   call included, selection between calls not); the row's latency_ms is the search's T calls summed, as Fig 6's;
 - prefill time: the same around the prefill call, the host synchronised before and after it;
 - generate wall time: host clock around the whole `generate` (the device synchronised at both ends), and the wall
   time per decode call: (wall - the prefill's wall) / T, Python overhead and beam selection included;
 - peak GPU memory over the search and over the prefill (torch.cuda.max_memory_allocated).
-Where both systems ran a cell: whether their W beams per request are the same sequences in the same order, and
-their largest score difference. max_abs_err of every row: the largest difference between a returned beam's score
-and its score recomputed by the stock model's uncached forward over prompt + beam (the 4 best beams of each
-request), against a tolerance of 2 T x 2e-2 x the largest |logit| (bf16 logits are good to about 1e-2 of the
-largest through 24 layers; a log-softmax difference is at most twice a logit's; T decode calls).
+Where both systems ran a cell: whether their W beams per request are the same sequences in the same order, their
+largest score difference, and for how many of the O selections they kept the same candidates -- replayed from
+generate's per-step log-probs (`selections`); at the first that differs, stock's score gap between the two
+candidates kept differently beside the largest candidate-score difference between the searches (a gap below that
+difference is a near-tie: OneLA's bf16 records move logits by about 1e-3 relative, and at W = 256 over a 248K
+vocabulary candidates can lie closer than that). max_abs_err of every row: the largest difference between a
+returned beam's score and its score recomputed by the stock model's uncached forward over prompt + beam (the 4
+best beams of each request), against a tolerance of 2 T x 2e-2 x the largest |logit| (bf16 logits are good to
+about 1e-2 of the largest through 24 layers; a log-softmax difference is at most twice a logit's; T calls).
 
 Writes DIR/hf_generate.csv (the results schema, artifact.results: suite hf_generate, one row per system and cell),
 DIR/hf_generate_times.csv (per row, joined on config_hash and run_id: prefill, per-call, wall and memory numbers,
@@ -50,7 +55,7 @@ TIMES = "hf_generate_times.csv"
 TIME_COLUMNS = ["config_hash", "run_id", "path", "prompt_len", "O", "T", "transformers", "prefill_ms",
                 "prefill_peak_gib", "decode_call_ms", "decode_call_p20_ms", "decode_call_p80_ms", "generate_wall_ms",
                 "decode_call_wall_ms", "peak_gib", "searches", "beams_identical_to_stock", "max_score_diff_to_stock",
-                "max_logit"]
+                "same_selections_as_stock", "divergence_gap", "divergence_score_diff", "max_logit"]
 LOGIT_REL_TOL = 2e-2      # bf16 logits against the uncached forward, relative to the largest |logit| (docstring)
 RECHECK_BEAMS = 4
 GPU_COMMAND = "python -m tools.hf_generate --out DIR"
@@ -158,11 +163,42 @@ def build_model(args, folder, device):
     return cfg, model
 
 
-def search(system, model, ids, W, O):
-    """One beam search; returns generate's output (sequences [R W, L + O], sequences_scores [R W])."""
+def selections(out, R, W):
+    """Replay a beam search's selections from generate's per-step log-probs (`output_scores`; no EOS, so the
+    running beams are the top W candidates in order, as generate keeps them). Returns per step (candidate scores
+    [R, W * vocab], kept candidate indices [R, W] best first, the gap between the W-th and the (W+1)-th)."""
+    running = torch.full((R, W), -1e9, dtype=torch.float32, device=out.sequences.device)
+    running[:, 0] = 0.0
+    steps = []
+    for logp in out.scores:
+        cand = (running[:, :, None] + logp.float().view(R, W, -1)).view(R, -1)
+        top, idx = cand.topk(W + 1, dim=-1)
+        steps.append((cand, idx[:, :W], top[:, W - 1] - top[:, W]))
+        running = top[:, :W]
+    return steps
+
+
+def first_divergence(out, ref, R, W):
+    """Where the two searches first keep different candidates, and whether that is a near-tie. Up to that step
+    both searches scored the same beams, so their candidate scores align. Returns None (same selections at every
+    step) or (step, request, stock's score gap between the two candidates that swapped, the largest candidate
+    score difference between the searches at that step)."""
+    for t, ((c_out, k_out, _), (c_ref, k_ref, _)) in enumerate(zip(selections(out, R, W), selections(ref, R, W))):
+        for r in range(R):
+            diff = (k_out[r] != k_ref[r]).nonzero()
+            if len(diff):
+                j = int(diff[0])
+                gap = float((c_ref[r, k_ref[r, j]] - c_ref[r, k_out[r, j]]).abs())
+                return t, r, gap, float((c_out[r] - c_ref[r]).abs().max())
+    return None
+
+
+def search(system, model, ids, W, O, scores=False):
+    """One beam search; returns generate's output (sequences [R W, L + O]; with `scores`, also sequences_scores
+    [R W] and the per-step log-probs, which cost a copy of [R W, vocab] per step: the timed searches go without)."""
     from kernels.onela.transformers import onela_generate
     kw = dict(num_beams=W, max_new_tokens=O, num_return_sequences=W, early_stopping=False, length_penalty=0.0,
-              eos_token_id=None, pad_token_id=0, output_scores=True, return_dict_in_generate=True)
+              eos_token_id=None, pad_token_id=0, output_scores=scores, return_dict_in_generate=True)
     with torch.no_grad():
         if system == ONELA:
             return onela_generate(model, ids, **kw)
@@ -185,9 +221,10 @@ def recheck_scores(model, ids, out, W, O) -> tuple[float, float]:
 
 
 def run_cell(system, model, ids, W, O, warmup, repeats):
+    """`warmup` untimed searches, `repeats` timed ones, then one with the scores (untimed) for the checks."""
     for _ in range(warmup):
         search(system, model, ids, W, O)
-    calls, prefill, prefill_peak, walls, peaks, out = [], [], [], [], [], None
+    calls, prefill, prefill_peak, walls, peaks = [], [], [], [], []
     for _ in range(repeats):
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
@@ -196,7 +233,7 @@ def run_cell(system, model, ids, W, O, warmup, repeats):
         try:
             _sync()
             t0 = time.perf_counter()
-            out = search(system, model, ids, W, O)
+            search(system, model, ids, W, O)
             _sync()
             walls.append(time.perf_counter() - t0)
         finally:
@@ -209,6 +246,7 @@ def run_cell(system, model, ids, W, O, warmup, repeats):
         prefill_peak.append(timer.prefill_peak)
         peaks.append(_max_memory())
         walls[-1] = (walls[-1], timer.prefill_wall)
+    out = search(system, model, ids, W, O, scores=True)
     return out, dict(calls=calls, prefill=prefill, prefill_peak=prefill_peak, walls=walls, peaks=peaks)
 
 
@@ -284,8 +322,12 @@ def main(argv=None) -> int:
                 append_row(out_dir / f"{SUITE}.csv", row)
                 if system == ONELA and STOCK in results and ONELA in results:
                     a, b = results[STOCK], results[ONELA]
+                    div = first_divergence(b, a, args.R, args.W)
                     times.update(beams_identical_to_stock=bool(torch.equal(a.sequences, b.sequences)),
-                                 max_score_diff_to_stock=float((a.sequences_scores - b.sequences_scores).abs().max()))
+                                 max_score_diff_to_stock=float((a.sequences_scores - b.sequences_scores).abs().max()),
+                                 same_selections_as_stock=O if div is None else div[0],
+                                 divergence_gap=None if div is None else div[2],
+                                 divergence_score_diff=None if div is None else div[3])
                 append_csv(out_dir / TIMES, TIME_COLUMNS, [{c: _fmt(times.get(c)) for c in TIME_COLUMNS}])
                 print(f"{system:18s} L={L} O={O}: {row['status']}"
                       + (f" decode {times['decode_call_ms']:.2f} ms/call (GPU), {times['decode_call_wall_ms']:.1f} "
