@@ -38,6 +38,7 @@ TINY = ModelConfig(
     linear_conv_kernel_dim=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
     partial_rotary_factor=0.25, rope_theta=10_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
 LOGIT_TOL = 5e-3     # relative to max |logit| (module docstring)
+GPU_LOGIT_TOL = 1.5e-2   # the GPU test's model: 8 layers of K = V = 128 heads (its docstring)
 R, L, W, N = 2, 70, 4, 4          # N new tokens: the prefill's, then N - 1 decode calls
 SEARCH = dict(num_return_sequences=W, early_stopping=False, length_penalty=0.0, eos_token_id=None, pad_token_id=0,
               output_scores=True, output_logits=True, return_dict_in_generate=True)
@@ -88,31 +89,31 @@ class _Batches:
         self.handle.remove()
 
 
-def _compare(out, ref, T):
-    """Sequences identical; per-call logits within LOGIT_TOL of the largest |logit|; scores within 2 T times
-    that. Returns (largest relative logit error, largest score error, the score bound)."""
+def _compare(out, ref, T, tol=LOGIT_TOL):
+    """Sequences identical; per-call logits within `tol` of the largest |logit|; scores within 2 T times that.
+    Returns (largest relative logit error, largest score error, the score bound)."""
     assert torch.equal(out.sequences, ref.sequences), (out.sequences, ref.sequences)
     scale = max(float(x.abs().max()) for x in ref.logits)
     err = max(float((a.float() - b.float()).abs().max()) for a, b in zip(out.logits, ref.logits)) / scale
-    assert err < LOGIT_TOL, err
+    assert err < tol, err
     score_err = float((out.sequences_scores - ref.sequences_scores).abs().max())
-    bound = 2 * T * LOGIT_TOL * scale
+    bound = 2 * T * tol * scale
     assert score_err < bound, (score_err, bound)
     return err, score_err, bound
 
 
-def check_up_to_near_tie(out, ref, R, W, O):
+def check_up_to_near_tie(out, ref, R, W, O, tol=LOGIT_TOL):
     """The two searches keep the same candidates at every step up to one where stock's own scores of the two
     candidates they kept differently are closer than twice the largest candidate-score difference between the
     searches at that step (a near-tie); the logits of every step up to and including that one (all computed on
-    the same beams) agree within LOGIT_TOL. Returns (steps with the same selections, largest relative logit
-    error, the divergence or None)."""
+    the same beams) agree within `tol` of the largest |logit|. Returns (steps with the same selections, largest
+    relative logit error, the divergence or None)."""
     div = first_divergence(out, ref, R, W)
     compared = O if div is None else div[0] + 1
     scale = max(float(x.abs().max()) for x in ref.logits)
     err = max(float((a.float() - b.float()).abs().max()) / scale
               for a, b in zip(out.logits[:compared], ref.logits[:compared]))
-    assert err < LOGIT_TOL, (err, div)
+    assert err < tol, (err, div)
     if div is not None:
         t, r, gap, score_diff = div
         assert gap < 2 * score_diff, f"step {t} request {r}: candidates {gap:.2e} apart swapped, scores differ " \
@@ -162,6 +163,20 @@ def test_the_comparison_sees_a_beam_that_forgets_its_parent(hf, prompts, stock, 
         _compare(out, stock, N - 1)
     with pytest.raises(AssertionError):             # nor is it mistaken for a near-tie (the GPU test's check)
         check_up_to_near_tie(out, stock, R, W, N)
+
+
+def test_with_an_eos_token_too(hf, prompts):
+    """An EOS token that some beams pick (24, the tiny model's favourite): generate keeps W running beams and
+    sets finished ones aside, all above the cache; the same sequences and scores as stock."""
+    search = dict(SEARCH, eos_token_id=24)
+    with torch.no_grad():
+        ref = hf.generate(input_ids=prompts, attention_mask=torch.ones_like(prompts), num_beams=W, max_new_tokens=N,
+                          do_sample=False, **search)
+    assert (ref.sequences[:, L:] == 24).any()
+    out = hfo.onela_generate(hf, prompts, num_beams=W, max_new_tokens=N, **search)
+    assert torch.equal(out.sequences, ref.sequences)
+    scale = max(float(x.abs().max()) for x in ref.logits)
+    assert float((out.sequences_scores - ref.sequences_scores).abs().max()) < 2 * (N - 1) * LOGIT_TOL * scale
 
 
 REFUSED = {
@@ -230,7 +245,10 @@ def test_gpu_qwen3_5_0_8b_heads_keep_stock_beams_up_to_near_ties(tmp_path):
     7e-3), so exact equality is not what holds. What must: the two searches keep the same candidates at every step
     until one where stock's own scores of the two candidates they kept differently differ by less than twice the
     largest candidate-score difference between the searches at that step (a near-tie); and up to that step each
-    decode call's logits agree within LOGIT_TOL."""
+    decode call's logits agree within GPU_LOGIT_TOL = 1.5e-2 of the largest |logit|: this model's six GDN layers of
+    K = 128 compound OneLA's bf16 rounding more than the tiny model's three of K = 16 do (our pipeline on CPU,
+    this model at W = 8, the interpreter, 4 decode calls following FP32 FullState's beams: at most 4.5e-3; the
+    bound is three times that)."""
     from artifact.reference import full_precision
     cfg = dataclasses.replace(QWEN3_5_0_8B, vocab_size=4096, layer_types=QWEN3_5_0_8B.layer_types[:8])
     Rg, Lg, Wg, Ng = 4, 1000, 64, 5
@@ -243,11 +261,11 @@ def test_gpu_qwen3_5_0_8b_heads_keep_stock_beams_up_to_near_ties(tmp_path):
         with _Batches(model) as seen:
             out = hfo.onela_generate(model, ids, num_beams=Wg, max_new_tokens=Ng, **search)
     assert seen.shapes == [(Rg, Lg)]
-    same, err, div = check_up_to_near_tie(out, ref, Rg, Wg, Ng)
+    same, err, div = check_up_to_near_tie(out, ref, Rg, Wg, Ng, GPU_LOGIT_TOL)
     print(f"0.8B heads, R={Rg} W={Wg} L={Lg}: same selections for {same} of {Ng} steps; logits up to there "
-          f"{err:.2e} relative (bound {LOGIT_TOL}); divergence (step, request, stock gap, score diff): {div}")
+          f"{err:.2e} relative (bound {GPU_LOGIT_TOL}); divergence (step, request, stock gap, score diff): {div}")
     if div is None:
-        _compare(out, ref, Ng - 1)
+        _compare(out, ref, Ng - 1, GPU_LOGIT_TOL)
 
 
 def test_the_timing_tool_runs_its_plumbing_on_cpu(tmp_path):
