@@ -15,7 +15,8 @@ beams returned). Systems:
 Per cell and system: `--warmup` untimed searches (compiles, autotunes), then `--repeats` timed ones (without
 generate's per-step scores, as a user runs it), then one untimed search with them for the checks below. In each
 timed search a forward pre-hook and a forward hook on the model record CUDA events around every model call generate
-makes (the first is the prefill, the others the decode calls), so
+makes (the first is the prefill, the others the decode calls; artifact.timing.event_intervals; medians and
+percentiles as the full model's rows take them, artifact.timing.summarize "statistics"), so
 - decode-forward time per call: GPU time between the events around one decode call (Python overhead inside the
   call included, selection between calls not); the row's latency_ms is the search's T calls summed, as Fig 6's;
 - prefill time: the same around the prefill call, the host synchronised before and after it;
@@ -92,17 +93,13 @@ CPU_DEFAULTS = dict(model="tiny", dtype="float32", prompts=[40], O=[3], R=2, W=4
 
 
 class _HostEvent:
-    """torch.cuda.Event's record / elapsed_time on the host clock (the --cpu plumbing run)."""
+    """A CUDA event's record / elapsed_time on the host clock (the --cpu plumbing run)."""
 
     def record(self):
         self.t = time.perf_counter()
 
     def elapsed_time(self, other) -> float:
         return 1e3 * (other.t - self.t)
-
-
-def _event():
-    return torch.cuda.Event(enable_timing=True) if torch.cuda.is_available() else _HostEvent()
 
 
 def _sync():
@@ -114,25 +111,30 @@ def _max_memory() -> int:
     return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
 
 
-class CallTimer:
-    """CUDA events around every forward call of `model` (nn.Module hooks, so they wrap whatever forward generate
-    reaches); the first call of a search is its prefill, synchronised on both sides for its wall time."""
+class CallHooks:
+    """Records `events[i]` (a start / end pair) around the i-th model call of a search through nn.Module hooks,
+    so they wrap whatever forward generate reaches (the stock one, or onela_generate's); the first call, the
+    prefill, is synchronised on both sides for its wall time and peak memory. `events` None (a warm-up search)
+    records nothing."""
 
-    def __init__(self, model):
-        self.model, self.calls, self.prefill_wall, self.prefill_peak = model, [], None, None
+    def __init__(self, model, events):
+        self.events, self.calls, self.prefill_wall, self.prefill_peak = events, 0, None, None
         self.handles = [model.register_forward_pre_hook(self._pre), model.register_forward_hook(self._post)]
 
     def _pre(self, module, args):
-        if not self.calls:
+        if self.calls == 0:
             _sync()
             self._t0 = time.perf_counter()
-        start, end = _event(), _event()
-        start.record()
-        self.calls.append((start, end))
+        if self.events is not None:
+            if self.calls >= len(self.events):
+                raise RuntimeError(f"generate made more than the {len(self.events)} model calls expected")
+            self.events[self.calls][0].record()
+        self.calls += 1
 
     def _post(self, module, args, out):
-        self.calls[-1][1].record()
-        if len(self.calls) == 1:
+        if self.events is not None:
+            self.events[self.calls - 1][1].record()
+        if self.calls == 1:
             _sync()
             self.prefill_wall = time.perf_counter() - self._t0
             self.prefill_peak = _max_memory()
@@ -140,13 +142,6 @@ class CallTimer:
     def close(self):
         for h in self.handles:
             h.remove()
-
-    def times_ms(self) -> list[float]:
-        return [s.elapsed_time(e) for s, e in self.calls]
-
-
-def _quantile(xs, q):
-    return float(torch.tensor(xs, dtype=torch.float64).quantile(q))
 
 
 def build_model(args, folder, device):
@@ -221,33 +216,42 @@ def recheck_scores(model, ids, out, W, O) -> tuple[float, float]:
 
 
 def run_cell(system, model, ids, W, O, warmup, repeats):
-    """`warmup` untimed searches, `repeats` timed ones, then one with the scores (untimed) for the checks."""
-    for _ in range(warmup):
-        search(system, model, ids, W, O)
-    calls, prefill, prefill_peak, walls, peaks = [], [], [], [], []
-    for _ in range(repeats):
+    """`warmup` untimed searches, `repeats` timed ones (artifact.timing.event_intervals: O intervals per search,
+    the prefill and each decode call), then one with the scores (untimed) for the checks. Returns (that search's
+    output, per search: interval ms, (wall s, prefill wall s), prefill peak and peak memory bytes)."""
+    m = dict(intervals=[], walls=[], prefill_peak=[], peaks=[])
+
+    def run(events):
         if torch.cuda.is_available():
-            torch.cuda.empty_cache()
             torch.cuda.reset_peak_memory_stats()
-        timer = CallTimer(model)
+        hooks = CallHooks(model, events)
         try:
             _sync()
             t0 = time.perf_counter()
             search(system, model, ids, W, O)
             _sync()
-            walls.append(time.perf_counter() - t0)
+            wall = time.perf_counter() - t0
         finally:
-            timer.close()
-        ms = timer.times_ms()
-        if len(ms) != O:
-            raise RuntimeError(f"{system}: generate made {len(ms)} model calls, expected {O} (prefill + {O - 1})")
-        prefill.append(ms[0])
-        calls.append(ms[1:])
-        prefill_peak.append(timer.prefill_peak)
-        peaks.append(_max_memory())
-        walls[-1] = (walls[-1], timer.prefill_wall)
-    out = search(system, model, ids, W, O, scores=True)
-    return out, dict(calls=calls, prefill=prefill, prefill_peak=prefill_peak, walls=walls, peaks=peaks)
+            hooks.close()
+        if hooks.calls != O:
+            raise RuntimeError(f"{system}: generate made {hooks.calls} model calls, expected {O} (prefill + "
+                               f"{O - 1})")
+        if events is not None:
+            m["walls"].append((wall, hooks.prefill_wall))
+            m["prefill_peak"].append(hooks.prefill_peak)
+            m["peaks"].append(_max_memory())
+
+    if torch.cuda.is_available():
+        from artifact.timing import event_intervals
+        m["intervals"] = event_intervals(run, repeats, warmup, O)
+    else:                                             # --cpu: the same protocol on the host clock
+        for _ in range(warmup):
+            run(None)
+        for _ in range(repeats):
+            ev = [(_HostEvent(), _HostEvent()) for _ in range(O)]
+            run(ev)
+            m["intervals"].append([s.elapsed_time(e) for s, e in ev])
+    return search(system, model, ids, W, O, scores=True), m
 
 
 def main(argv=None) -> int:
@@ -263,6 +267,7 @@ def main(argv=None) -> int:
         return 2
     from artifact.model.prefill import random_prompts
     from artifact.results import append_csv, append_row, config_hash, git_commit, write_env
+    from artifact.timing import summarize
     from kernels.onela.transformers import check_transformers, transformers_version
     check_transformers()
     out_dir = Path(args.out)
@@ -296,6 +301,8 @@ def main(argv=None) -> int:
                 else:
                     try:
                         out, m = run_cell(system, model, ids, args.W, O, args.warmup, args.repeats)
+                        if torch.cuda.is_available():
+                            torch.cuda.empty_cache()
                     except torch.cuda.OutOfMemoryError as e:
                         if torch.cuda.is_available():
                             torch.cuda.empty_cache()
@@ -304,20 +311,20 @@ def main(argv=None) -> int:
                         results[system] = out
                         err, scale = recheck_scores(model, ids, out, args.W, O)
                         tol = 2 * T * LOGIT_REL_TOL * scale
-                        flat = [c for s in m["calls"] for c in s]
-                        sums = [sum(s) for s in m["calls"]]
+                        flat = [c for s in m["intervals"] for c in s[1:]]
+                        sums = [sum(s[1:]) for s in m["intervals"]]
                         dec_wall = [(w - p) / T for w, p in m["walls"]]
+                        med, p20, p80 = summarize(sums, "statistics")
                         row.update(status="ok" if err <= tol else "failed", max_abs_err=err, tolerance=tol,
-                                   latency_ms=_quantile(sums, 0.5), p20_ms=_quantile(sums, 0.2),
-                                   p80_ms=_quantile(sums, 0.8),
+                                   latency_ms=med, p20_ms=p20, p80_ms=p80,
                                    reason="max_abs_err: returned beam score against the uncached forward's" +
                                           ("" if err <= tol else f"; above the tolerance {tol:.3g}"))
-                        times.update(prefill_ms=_quantile(m["prefill"], 0.5),
+                        call_med, call_p20, call_p80 = summarize(flat, "statistics")
+                        times.update(prefill_ms=summarize([s[0] for s in m["intervals"]], "statistics")[0],
                                      prefill_peak_gib=max(m["prefill_peak"]) / 2 ** 30,
-                                     decode_call_ms=_quantile(flat, 0.5), decode_call_p20_ms=_quantile(flat, 0.2),
-                                     decode_call_p80_ms=_quantile(flat, 0.8),
-                                     generate_wall_ms=1e3 * _quantile([w for w, _ in m["walls"]], 0.5),
-                                     decode_call_wall_ms=1e3 * _quantile(dec_wall, 0.5),
+                                     decode_call_ms=call_med, decode_call_p20_ms=call_p20, decode_call_p80_ms=call_p80,
+                                     generate_wall_ms=1e3 * summarize([w for w, _ in m["walls"]], "statistics")[0],
+                                     decode_call_wall_ms=1e3 * summarize(dec_wall, "statistics")[0],
                                      peak_gib=max(m["peaks"]) / 2 ** 30, searches=len(sums), max_logit=scale)
                 append_row(out_dir / f"{SUITE}.csv", row)
                 if system == ONELA and STOCK in results and ONELA in results:
@@ -330,7 +337,7 @@ def main(argv=None) -> int:
                                  divergence_score_diff=None if div is None else div[3])
                 append_csv(out_dir / TIMES, TIME_COLUMNS, [{c: _fmt(times.get(c)) for c in TIME_COLUMNS}])
                 print(f"{system:18s} L={L} O={O}: {row['status']}"
-                      + (f" decode {times['decode_call_ms']:.2f} ms/call (GPU), {times['decode_call_wall_ms']:.1f} "
+                      + (f" decode {times['decode_call_ms']:.2f} ms/call (events), {times['decode_call_wall_ms']:.1f} "
                          f"ms/call (wall), prefill {times['prefill_ms']:.0f} ms, peak {times['peak_gib']:.1f} GiB"
                          if row["status"] != "skipped" else f" ({row['reason']})"), flush=True)
     return 0
