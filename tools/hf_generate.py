@@ -285,7 +285,7 @@ def main(argv=None) -> int:
         for O in args.O:
             T = O - 1
             results = {}
-            for system in args.systems:
+            for system in [s for s in (STOCK, ONELA) if s in args.systems]:     # stock first: OneLA's row compares
                 cell = dict(suite=SUITE, path=system, geometry=args.model, R=args.R, W=args.W, T=T, HK=geo.hk,
                             HV=geo.hv, K=geo.k, V=geo.v, prompt_len=L, lineage="beam", seed=args.seed)
                 row = dict(cell, O=O, config_hash=config_hash(cell), run_id=run_id, git_commit=commit,
