@@ -179,6 +179,22 @@ def test_with_an_eos_token_too(hf, prompts):
     assert float((out.sequences_scores - ref.sequences_scores).abs().max()) < 2 * (N - 1) * LOGIT_TOL * scale
 
 
+def test_a_near_tie_is_found_and_told_apart():
+    """first_divergence on two hand-made searches (R = 1, W = 2, vocab 3): the first selection is the same, the
+    second swaps two candidates 1e-5 apart (stock) whose scores differ by 2e-5 between the searches: divergence at
+    step 1, a near-tie, and the logits up to it compare."""
+    from types import SimpleNamespace
+    first = torch.tensor([[-0.1, -1.0, -2.0]] * 2)
+    ref_1 = torch.tensor([[-0.5, -0.50001, -3.0], [-5.0, -5.0, -5.0]])
+    out_1 = torch.tensor([[-0.50002, -0.5, -3.0], [-5.0, -5.0, -5.0]])
+    mk = lambda second: SimpleNamespace(sequences=torch.zeros(2, 4, dtype=torch.long), scores=(first, second),  # noqa: E731
+                                        logits=(first, second))
+    assert first_divergence(mk(ref_1), mk(ref_1), 1, 2) is None
+    t, r, gap, diff = first_divergence(mk(out_1), mk(ref_1), 1, 2)
+    assert (t, r) == (1, 0) and gap == pytest.approx(1e-5, abs=1e-6) and diff == pytest.approx(2e-5, abs=1e-6)
+    assert check_up_to_near_tie(mk(out_1), mk(ref_1), 1, 2, 2, tol=1e-3)[0] == 1
+
+
 REFUSED = {
     "sampling": (dict(do_sample=True), "do_sample=True"),
     "one beam": (dict(num_beams=1), "num_beams must be an int >= 2"),
