@@ -187,8 +187,11 @@ def test_a_near_tie_is_found_and_told_apart():
     first = torch.tensor([[-0.1, -1.0, -2.0]] * 2)
     ref_1 = torch.tensor([[-0.5, -0.50001, -3.0], [-5.0, -5.0, -5.0]])
     out_1 = torch.tensor([[-0.50002, -0.5, -3.0], [-5.0, -5.0, -5.0]])
-    mk = lambda second: SimpleNamespace(sequences=torch.zeros(2, 4, dtype=torch.long), scores=(first, second),  # noqa: E731
-                                        logits=(first, second))
+
+    def mk(second):
+        return SimpleNamespace(sequences=torch.zeros(2, 4, dtype=torch.long), scores=(first, second),
+                               logits=(first, second))
+
     assert first_divergence(mk(ref_1), mk(ref_1), 1, 2) is None
     t, r, gap, diff = first_divergence(mk(out_1), mk(ref_1), 1, 2)
     assert (t, r) == (1, 0) and gap == pytest.approx(1e-5, abs=1e-6) and diff == pytest.approx(2e-5, abs=1e-6)
