@@ -11,6 +11,7 @@
   per-call graph replays with beam selection between them, which stays outside the timed intervals). Each
   sample is the sum of its intervals, each measured by a pair of CUDA events. The host enqueues every sample
   before it reads any event, behind a short GPU sleep, so the GPU never waits for a launch inside an interval.
+  `event_intervals` returns the same samples with their intervals apart.
 - `time_sequence(calls, repeats, warmup)`: each call's own time inside a sequence replayed in order (a decode's
   per-step graphs): per sample, a GPU sleep long enough for the host to enqueue the whole sample, an L2 flush
   (as do_bench's), then each call between a pair of CUDA events; one `Timing` per call.
@@ -170,6 +171,12 @@ def time_events(run: Callable, repeats: int, warmup: int = 0, intervals: int = 1
     interval, i < `intervals`; the sample is the sum of its intervals. run(None) is a warm-up sample: the
     same work, nothing recorded. `warmup` warm-up samples run first, then the device is synchronized."""
     return Timing.of([sum(ms) for ms in _event_samples(run, repeats, warmup, intervals)], stats, timer)
+
+
+def event_intervals(run: Callable, repeats: int, warmup: int = 0, intervals: int = 1) -> list[list[float]]:
+    """time_events' samples with their intervals apart: per sample, the ms of each of its `intervals` timed
+    intervals (for a caller whose intervals differ in kind, e.g. a generate's prefill and its decode calls)."""
+    return _event_samples(run, repeats, warmup, intervals)
 
 
 # Host time to enqueue one call of a sequence (a graph launch and two event records take ~10-20 us on the

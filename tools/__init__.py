@@ -6,6 +6,7 @@ inspect        a compile report of the OneLA kernels for sm_90a: registers, spil
 launch_floor   what one launch per step costs when it only streams the step's bytes, and the L2 flush's share (GPU)
 gather_bench   how fast a kernel that only gathers the ancestral 256 B records runs (GPU)
 suite_check    the onela path's correctness over the operator suite's shapes, untimed (GPU)
+hf_generate    stock transformers beam search against it with OneLA inside, at the Fig 6 cells (GPU)
 """
 
 import argparse

@@ -4,6 +4,8 @@
 - `onela_naive` (naive.py): the same outputs from one explicit state per beam, in plain PyTorch.
 - `OneLAStepper`, `OneLAPath` (stepper.py): the benchmark harness's stepper and path (`onela`).
 - `launch_config`, `step_launches` (plan.py): which kernels a step launches, with which tiles.
+- `onela_generate` (transformers.py, imported on its own: it needs transformers): transformers' own beam search
+  with the GDN decode through `OneLA`.
 - the kernels: `triton_kernels.py` (prep, deep-step prep + main, Triton), `ws.py` (warp-specialised, Gluon, Hopper),
   `records.py` (the record layout every kernel indexes).
 """
