@@ -9,12 +9,12 @@ follows in its own row (REPORT) or in brackets (README), labelled "index mode" a
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
 from pathlib import Path
 
+from artifact.results import ResultsFileError, read_wall
 from plots import fig_beam_scaling, fig_breakdown, paper
 from plots.data import SHAPE_KEY, SUITES, Results
 from plots.ours import MODE_KEYS, index_measures, measures, mode_paths
@@ -272,10 +272,12 @@ def suite_wall(results_dir: Path, suite: str) -> tuple[float, int, int]:
     counts = read_csv(f)["run_id"].value_counts()
     secs, covered = 0.0, 0
     for run_id, n in counts.items():
-        wf = Path(results_dir) / "env" / f"{run_id}.wall.json"
-        if not wf.is_file():
+        try:
+            rec = read_wall(results_dir, run_id)
+        except ResultsFileError:
+            rec = None                     # an unreadable record covers no row, like a missing one
+        if rec is None:
             continue
-        rec = json.loads(wf.read_text())
         secs += rec["wall_s"] * min(1.0, int(n) / max(1, int(rec.get("cells", n))))
         covered += int(n)
     return secs, covered, int(counts.sum())

@@ -26,14 +26,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import json
 import math
 import os
 import sys
 import time
 import traceback
-import uuid
 from pathlib import Path
 
 import torch
@@ -42,7 +40,6 @@ CSV_NAME = "full_model_breakdown.csv"
 COLUMNS = ["run_id", "git_commit", "path", "model", "R", "W", "T", "O", "prompt_len", "component", "measured_ms",
            "floor_ms", "bound", "bytes", "flops", "ops", "method", "max_abs_err", "timer"]
 TOTAL, SPAN = "total", "span"
-GPU_COMMAND = "python -m tools.decode_breakdown --out DIR"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -68,11 +65,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.O < 2:
         ap.error("--O must be >= 2 (at least one decode call)")
     return args
-
-
-def _run_id() -> str:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"full_model_breakdown-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
 def _write_table(path: Path, table: list[dict]) -> None:
@@ -195,7 +187,8 @@ def main(argv=None) -> int:
     from artifact.model.config import get_model_config
     from artifact.model.network import HybridModel
     from artifact.model.prefill import prefill, random_prompts
-    from artifact.results import append_csv, git_commit, write_env
+    from artifact.env_record import write_env
+    from artifact.results import append_csv, git_commit, new_run_id
     from sweeps.suites.full_model import VLLM_ALIGN_BLOCK_QWEN3_5_0_8B, private_inductor_cache
     on_gpu = not args.cpu
     if not on_gpu:          # Triton decides at import whether to interpret: before any kernels module loads
@@ -208,7 +201,7 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     ceilings = json.loads(args.ceilings) if args.ceilings else (measure_ceilings() if on_gpu else None)
     out = Path(args.out)
-    run_id, commit = _run_id(), git_commit()
+    run_id, commit = new_run_id("full_model_breakdown"), git_commit()
     env_path = out / "env" / f"{run_id}.json"
     extra = {"run_id": run_id, "suite": "full_model_breakdown", "device": str(device), "ceilings": ceilings,
              "argv": [sys.argv[0], *(argv if argv is not None else sys.argv[1:])], "args": vars(args),

@@ -27,7 +27,7 @@ import torch
 from artifact.launch_floor import ELEMENT_BYTES, StreamGraph, launch_floor_ms, plan_stream, step_bytes
 from artifact.measure import DEFAULT_TOLERANCE, max_abs_err, measure_ceilings, scramble_
 from artifact.reference import fullstate_decode
-from artifact.results import env_record
+from artifact.env_record import env_record
 from artifact.timing import capture_graph, record_each, time_events
 from artifact.workload import make_workload
 from kernels.onela import OneLAPath
