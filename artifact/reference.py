@@ -1,8 +1,8 @@
 """The exact references every path is checked against (docs/design.md §1-§2): plain torch, no custom kernels.
 
 `fullstate_decode` keeps one [V, K] state per beam and copies the parent's state to each child every step.
-`replay_decode` computes the same outputs by projection replay (paper §3.2) through the ancestry index,
-never forming a per-beam state. Both return o as [T, R, W, HV, V].
+`TorchReplayStepper` computes the same outputs by projection replay (paper §3.2) through the ancestry index,
+never forming a per-beam state (the `reference_replay` path). Outputs are o [T, R, W, HV, V].
 """
 from __future__ import annotations
 
@@ -230,11 +230,6 @@ def _gather_beams(x: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
     """x: [R, W, ...], slot: [R, W] -> x[r, slot[r, b], ...]."""
     idx = slot.long().reshape(*slot.shape, *([1] * (x.dim() - 2))).expand(*slot.shape, *x.shape[2:])
     return torch.gather(x, 1, idx)
-
-
-def replay_decode(wl: Workload, dtype=torch.float64, store: GtrStore | None = None) -> torch.Tensor:
-    """Projection replay (§3.2) over GTRs kept in `store` (default: records in `dtype`), via §3.3's ancestry."""
-    return _decode(TorchReplayStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, dtype, store), wl, dtype)
 
 
 class ReferenceFullStatePath(StepperPath):

@@ -102,7 +102,6 @@ class Crossover:
     t: float = math.nan              # depth: the step index, i.e. the ancestral records replayed
     onela_fit: tuple | None = None
     fullstate_fit: tuple | None = None
-    points: int = 0                  # common depths with both per-step times
 
     @property
     def O(self) -> float:            # the O-token decode whose last step is step t
@@ -111,7 +110,6 @@ class Crossover:
     def text(self) -> str:
         fits = ""
         if self.onela_fit and self.fullstate_fit:
-            (ao, bo), (af, bf) = self.onela_fit, self.fullstate_fit
             fits = (f"OneLA {_line(self.onela_fit)} us, {display_name(self.path)} {_line(self.fullstate_fit)} us "
                     f"(least squares over the measured steps t >= {FIT_FROM})")
         if self.kind == "measured":
@@ -130,7 +128,7 @@ def crossover(depth: pd.DataFrame, fullstate: str) -> Crossover:
     one, fs = one[~one.index.duplicated(keep="last")], fs[~fs.index.duplicated(keep="last")]
     common = sorted(set(one.index) & set(fs.index))
     fo, ff = fit_line(one.index, one.values), fit_line(fs.index, fs.values)
-    out = Crossover(fullstate, "none", onela_fit=fo, fullstate_fit=ff, points=len(common))
+    out = Crossover(fullstate, "none", onela_fit=fo, fullstate_fit=ff)
     prev = None
     for t in common:
         gap = fs[t] - one[t]

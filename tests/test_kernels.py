@@ -13,11 +13,12 @@ import torch
 
 from artifact.measure import DEFAULT_TOLERANCE, check_and_time, max_abs_err
 from artifact.paths import get_path
-from artifact.reference import fullstate_decode, replay_decode
+from artifact.reference import fullstate_decode
 from artifact.workload import GEOMETRIES, LINEAGES, Geometry, make_workload
 from artifact.reference import TorchFullStateStepper
 from kernels.fullstate import ControlledFullStatePaperStepper, ControlledFullStateStepper
 from kernels.onela import OneLA, OneLAStepper, launch_config, onela_naive, step_launches
+from oracles import replay_decode
 
 SMALL = [  # (geometry, R, W, T): W not a power of two, T = 1, HV = 4 HK, K != V
     (Geometry(2, 4, 16, 16), 2, 5, 3),

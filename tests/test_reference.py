@@ -3,8 +3,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from artifact.reference import fullstate_decode, replay_decode
+from artifact.reference import fullstate_decode
 from artifact.workload import GEOMETRIES, LINEAGES, Geometry, make_workload
+from oracles import replay_decode
 
 
 @pytest.mark.parametrize("lineage", LINEAGES)

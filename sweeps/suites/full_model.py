@@ -37,7 +37,7 @@ from artifact.model.graphs import capture, time_decode, time_steppers
 from artifact.model.network import HybridModel, get_dtype
 from artifact.model.prefill import prefill, random_prompts
 from artifact.paths import get_path
-from artifact.results import COLUMNS, append_csv
+from artifact.results import append_csv
 from artifact.timing import Timing
 from artifact.workload import Shape
 
@@ -287,10 +287,8 @@ def profile_search(dec: BeamDecoder, graphs: bool, out: Path, top: int = 40) -> 
 
 
 def _side(ctx, row: dict, dec: BeamDecoder, rec: Timing | None) -> dict:
-    """The recurrent share: into the row if the schema has the column, and one line of the side file."""
+    """The recurrent share: one line of the side file (the results schema has no column for it)."""
     rec_ms = rec.median_ms if rec else math.nan
-    if "recurrent_ms" in COLUMNS:
-        row["recurrent_ms"] = rec_ms
     lat = row.get("latency_ms", math.nan)
     side = {"config_hash": row.get("config_hash", ""), "run_id": row.get("run_id", ""), "path": row["path"],
             "prompt_len": row["prompt_len"], "T": row["T"], "O": row["T"] + 1, "status": row["status"],
