@@ -90,7 +90,7 @@ def floors_per_geometry(res: Results) -> list[str]:
 def paths_not_measured(res: Results) -> list[str]:
     """Registered paths with no row in any suite (e.g. a mode added after the last GPU run): named, so a reader
     sees they exist and were not measured rather than that they were dropped."""
-    from artifact.paths import PATHS
+    from artifact.registry import PATHS
     df = res.all_rows()
     seen = set(df["path"].astype(str)) if len(df) else set()
     missing = [p for p in PATHS if p not in seen]

@@ -37,7 +37,7 @@ class UsageError(ValueError):
 
 
 def parse_args(argv: list[str]) -> dict:
-    from artifact.paths import PATHS
+    from artifact.registry import PATHS
     args = {"results_dir": "results"}
     seen = set()
     for a in argv:
