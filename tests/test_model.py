@@ -16,7 +16,7 @@ import torch
 from artifact.measure import DEFAULT_TOLERANCE
 from artifact.model.attention import prompt_attention, select_prompt_attention, shared_prefix_attention
 from artifact.model.beam import BeamResult, first_beams, select_beams
-from artifact.model.check import poison, stepper_max_abs_err
+from artifact.model.stepper_gate import poison, stepper_max_abs_err
 from artifact.model.config import QWEN3_5_0_8B, TINY, ModelConfig, hybrid_pattern
 from artifact.model.decode import BeamDecoder
 from artifact.model.gdn_chunk import chunk_gated_delta

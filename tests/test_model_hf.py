@@ -1,6 +1,6 @@
 """Our Qwen3.5 model against transformers' `Qwen3_5ForCausalLM`: same checkpoint, same logits, same beams.
 
-The stepper gate (`artifact.model.check`) compares each GDN stepper with FP32 FullState on the stepper's own
+The stepper gate (`artifact.model.stepper_gate`) compares each GDN stepper with FP32 FullState on the stepper's own
 inputs, so it cannot see a mistake in the model around the steppers (a norm, the rotary layout, a gate, the conv
 window, the shared-prompt attention). Here an independent implementation can: a small random Qwen3.5 checkpoint
 written by `save_hf_checkpoint` (Qwen3.5's released layout) is loaded by transformers and by us, and

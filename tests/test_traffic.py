@@ -320,7 +320,7 @@ def test_projection_replay_count_is_onelas_own_cost():
 
 
 def test_onela_step_bytes_split_the_compulsory_bytes_by_step():
-    """tools.launch_floor streams each step's bytes: per step they add up to onela_cost's total, every step
+    """tools.measure_launch_floor streams each step's bytes: per step they add up to onela_cost's total, every step
     writes the same (o, the new GTR) plus its ancestry row, and a step reads more than step 0 by exactly the
     distinct ancestral records it replays."""
     onela = pytest.importorskip("kernels.onela")

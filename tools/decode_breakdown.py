@@ -6,7 +6,7 @@ Per path (default onela and controlled_fullstate) and prompt length (default 1K 
 the Qwen3.5-0.8B geometry with seeded random weights -- a Fig 6 cell, built as sweeps.suites.full_model builds it
 (the same seeded prompts, torch.compile'd blocks, one CUDA graph per decode call):
 1. gate: one graph-replayed search with poisoned stepper outputs, every GDN layer's outputs against FP32
-   FullState (artifact.model.check) -- recorded as max_abs_err;
+   FullState (artifact.model.stepper_gate) -- recorded as max_abs_err;
 2. the "total" row: the search timed as Fig 6 times it (artifact.model.graphs.time_decode: CUDA events around
    each call's graph replay, median of `--repeats` searches), per decode call;
 3. the components: artifact.model.breakdown (torch.profiler over one eager and one graph-replayed search, each
@@ -118,7 +118,7 @@ def measure_cell(model, model_name: str, ps, path: str, R: int, W: int, T: int, 
     """(rows, summary, kernel table) of one cell; the profiler traces go to `trace_dir` when the attribution
     fails or `keep_traces` asks."""
     from artifact.model.breakdown import breakdown, kernel_table, per_call
-    from artifact.model.check import poison, stepper_max_abs_err
+    from artifact.model.stepper_gate import poison, stepper_max_abs_err
     from artifact.model.cost import component_costs, decode_floor
     from artifact.model.decode import BeamDecoder
     from artifact.model.graphs import capture, time_decode

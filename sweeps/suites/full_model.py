@@ -7,7 +7,7 @@
   2. build the path's BeamDecoder, capture its T per-call CUDA graphs while the *decoy* prompt is loaded, then
      load the real prompt, poison every stepper output and replay one whole beam search on the graphs;
   3. gate: every GDN layer's replayed stepper outputs vs the FP32 FullState reference on the same inputs and
-     lineage (artifact.model.check), against ctx.tolerance -- a failing cell is recorded and never timed;
+     lineage (artifact.model.stepper_gate), against ctx.tolerance -- a failing cell is recorded and never timed;
   4. time (artifact.model.graphs, through artifact.timing.time_events): latency_ms = decode-forward GPU time
      summed over the T calls (CUDA events around each call's graph replay; beam selection excluded; median /
      p20 / p80 over `repeats` whole searches), and the recurrent share: the same T steps of only the GDN
@@ -30,7 +30,7 @@ from typing import Iterator
 import torch
 
 from artifact.measure import cuda_context_alive, free_device_memory
-from artifact.model.check import poison, stepper_max_abs_err
+from artifact.model.stepper_gate import poison, stepper_max_abs_err
 from artifact.model.config import get_model_config
 from artifact.model.decode import BeamDecoder
 from artifact.model.graphs import capture, time_decode, time_steppers
