@@ -23,7 +23,7 @@ from matplotlib.patches import Patch
 from plots import paper
 from plots.bars import paper_markers
 from plots.data import PRIMARY_GATE, Results, own_gates
-from plots.ours import baselines_in, fig7_ratios, paper_baselines
+from plots.reproduced import baselines_in, fig7_ratios, paper_baselines
 from plots.style import (INDEX_HATCH, INDEX_MODE, PAPER_MODE, colour, display_name, hatch, mark_series, mode_of,
                          mode_path, no_data, ordered, paper_handle, partner, plain_log, save)
 

@@ -3,7 +3,7 @@ and README.md's claims table (between its `<!-- claims:begin -->` / `<!-- claims
 numbers grouped by the paper's claims with the command and the recorded GPU time of each suite.
 
 Generated from results/ alone and deterministic (no timestamp of its own), so regenerating from unchanged
-results changes nothing. "ours" for each paper number comes from plots/ours.py: a paper FullState number pairs
+results changes nothing. "ours" for each paper number comes from plots/reproduced.py: a paper FullState number pairs
 only with the paper-mode rows (`<system>_paper`), and where it reads a FullState system the index-mode value
 follows in its own row (REPORT) or in brackets (README), labelled "index mode" and never paired with the paper's.
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 from artifact.results import ResultsFileError, read_wall
 from plots import fig_beam_scaling, fig_breakdown, paper
 from plots.data import SHAPE_KEY, SUITES, Results
-from plots.ours import MODE_KEYS, index_measures, measures, mode_paths
+from plots.reproduced import MODE_KEYS, index_measures, measures, mode_paths
 from plots.style import INDEX_MODE, PAPER_MODE
 
 NOT_MEASURED = "not measured yet"
