@@ -8,7 +8,9 @@ shown beside the primary ones, labelled, never instead of them. Missing, empty a
 files are empty tables, not errors: the figures then say "no data yet" and REPORT.md says "not measured yet".
 Every table is read by artifact.results.read_table, the reader the sweeps use: a line that is not a valid row
 (or a torn last line, or a file of another schema) is never drawn, and is named -- file and line, with the
-repair command -- on stderr and in REPORT.md (`Results.notes`).
+repair command -- on stderr and in REPORT.md (`Results.notes`). The side tables beside a suite's table
+(beam_scaling_steps.csv, full_model_breakdown.csv, ...) are read by artifact.results.read_side_table
+(`side_frame`).
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from artifact.results import COLUMNS, ResultsFileError, differing_columns, read_table, read_side_table, repair_command
+from artifact.results import COLUMNS, ResultsFileError, differing_columns, read_side_table, read_table, repair_command
 
 SUITES = ("operator", "recurrent_path", "traffic", "full_model", "smoke", "beam_scaling")
 SHAPE_KEY = ("geometry", "R", "W", "T", "prompt_len", "lineage", "seed")
