@@ -517,7 +517,7 @@ def test_gpu_ws_kernel_reads_the_models_conv_split():
     assert max_abs_err(outs[1], ref) <= DEFAULT_TOLERANCE
 
 
-def test_inspect_compiles_hopper_kernels_without_a_gpu():
+def test_compile_report_compiles_hopper_kernels_without_a_gpu():
     """`tools.compile_report` compiles the launch's kernels for sm_90a on this host (ptxas ships with Triton) and reports
     registers / spills per step; at K = 256 the Triton main kernel (the fallback there, with ws off) issues each
     K-chunk's q, k and S loads (16 128-bit loads per thread) before the chunk's first fp32 -> bf16 convert (the
@@ -578,7 +578,7 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
             assert all(op in order for op in ("UTMALDG", "LDGSTS", "HGMMA", "UTMASTG")), order
 
 
-def test_inspect_refuses_impossible_values_before_compiling(capsys):
+def test_compile_report_refuses_impossible_values_before_compiling(capsys):
     """`tools.compile_report` names a bad value and exits 2 (it used to print a report for R = 0 or a step past O)."""
     from tools.compile_report import main
     for argv, message in ((["--R", "0"], "--R must be >= 1, got 0"),
