@@ -10,7 +10,8 @@
 #                           on 5 head layouts + the R=16 W=512 Qwen shape, one full-model point per prompt length, traffic
 #                           at O=3 (OneLA, Controlled FullState), into outputs/quick/<stamp>/, then the check.
 #                           CPU host: the smoke suite and the self-check of the committed results.
-#   ./run_all.sh test       install what the tests need (into ./.venv) and run them (CI runs this)
+#   ./run_all.sh test       install what the tests need (into ./.venv), run the linters (vulture, import-linter;
+#                           pyproject.toml) and the tests (CI runs this); fails when either fails
 # Sub-commands: setup | smoke | figures | check [RUN_DIR] | gpu-suites [RUN_DIR]
 # Environment: ONELA_VENV (default .venv; "none" = the interpreter ONELA_PYTHON, default python3),
 #   ONELA_RUN_DIR (the folder a GPU run writes; "results" folds new rows into the committed tables, resuming),
@@ -39,7 +40,7 @@ ensure_env() {
     python3 -m venv "$VENV" || exit 1
   fi
   PY="$VENV/bin/python"
-  if ! "$PY" -c "import artifact, torch, triton, hydra, pytest, hypothesis, hydra_plugins.hydra_joblib_launcher, transformers" \
+  if ! "$PY" -c "import artifact, torch, triton, hydra, pytest, hypothesis, hydra_plugins.hydra_joblib_launcher, transformers, vulture, importlinter" \
       >/dev/null 2>&1; then
     say "installing the project and its test dependencies into $VENV"
     [ -n "$DRY" ] && return 0
@@ -222,8 +223,21 @@ case "$cmd" in
     XDIST=()
     n=$(gpu_count)
     if [ "$n" -gt 1 ] && { [ "$DRY" = gpu ] || "$PY" -c "import xdist" 2>/dev/null; }; then XDIST=(-n "$n"); fi
-    [ -n "$DRY" ] && { say "  would run: $PY -m pytest tests ${XDIST[*]}"; exit 0; }
-    exec "$PY" -m pytest tests "${XDIST[@]}"
+    LINT_IMPORTS=(-c "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())")
+    if [ -n "$DRY" ]; then
+      say "  would run: $PY -m vulture; $PY ${LINT_IMPORTS[*]}; $PY -m pytest tests ${XDIST[*]}"; exit 0
+    fi
+    # The linters first, configured in pyproject.toml: vulture (dead code), import-linter (the layer
+    # contracts). A linter's failure fails the command, after the tests have run too.
+    LINT=0
+    say "vulture: no dead code in the packages and tests (pyproject.toml [tool.vulture])"
+    "$PY" -m vulture || LINT=1
+    say "import-linter: the layer contracts (pyproject.toml [tool.importlinter])"
+    "$PY" "${LINT_IMPORTS[@]}" || LINT=1
+    "$PY" -m pytest tests "${XDIST[@]}"; TESTS=$?
+    [ "$LINT" -eq 0 ] || say "a linter failed (above): dead code or a broken layer contract"
+    [ "$TESTS" -ne 0 ] && exit "$TESTS"
+    exit "$LINT"
     ;;
   setup)
     ensure_env

@@ -18,7 +18,7 @@ size of RING_BYTES itself, and what it can find in L2 is a few per cent of its b
 
 One measurement per distinct (per-step bytes, timer settings, device) in a process (`launch_floor_ms`'s cache):
 the FullState paths of one shape share a cost model, and a suite does not time the same stream twice. The copy
-kernel and its graph are also what `tools.launch_floor` times (its `stream` and `stream1` rows).
+kernel and its graph are also what `tools.measure_launch_floor` times (its `stream` and `stream1` rows).
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The path interface and the one registry of paths (docs/design.md §4).
+"""The path interface (docs/design.md §4); the paths are registered in artifact/registry.py (PATHS).
 
 A path is one way of running all T decode steps of a workload, OneLA and every baseline alike:
     supports(geometry, shape, device) -> None | reason      (a reason makes the cell a recorded skip)
@@ -19,30 +19,7 @@ import operator
 import torch
 
 from artifact.cost import Algorithm
-
-# name -> "module:Class". The only place a path is registered; modules are imported on first use, so a
-# path whose framework is missing still lists, and reports the reason through supports().
-PATHS: dict[str, str] = {
-    "reference_fullstate": "artifact.reference:ReferenceFullStatePath",
-    "reference_replay": "artifact.reference:ReferenceReplayPath",
-    "onela": "kernels.onela:OneLAPath",
-    "controlled_fullstate": "kernels.fullstate:ControlledFullStatePath",
-    "vllm_fullstate": "baselines.vllm_fullstate:VllmFullStatePath",
-    "vllm_prefix_replay": "baselines.vllm_prefix_replay:VllmPrefixReplayPath",
-    "sglang_fullstate": "baselines.sglang_fullstate:SglangFullStatePath",
-    "sglang_replayssm": "baselines.sglang_replayssm:SglangReplaySSMPath",
-    "flashinfer_fullstate": "baselines.flashinfer_fullstate:FlashInferFullStatePath",
-    "trtllm_fullstate": "baselines.trtllm_fullstate:TrtllmFullStatePath",
-    "fla_fullstate": "baselines.fla_fullstate:FlaFullStatePath",
-    # the paper's FullState maintenance (one persistent pool, explicit per-step reorder of the parents' states
-    # through a transient workspace) beside the index mode above, in the same adapter modules
-    "controlled_fullstate_paper": "kernels.fullstate:ControlledFullStatePaperPath",
-    "vllm_fullstate_paper": "baselines.vllm_fullstate:VllmFullStatePaperPath",
-    "sglang_fullstate_paper": "baselines.sglang_fullstate:SglangFullStatePaperPath",
-    "flashinfer_fullstate_paper": "baselines.flashinfer_fullstate:FlashInferFullStatePaperPath",
-    "trtllm_fullstate_paper": "baselines.trtllm_fullstate:TrtllmFullStatePaperPath",
-    "fla_fullstate_paper": "baselines.fla_fullstate:FlaFullStatePaperPath",
-}
+from artifact.registry import PATHS  # noqa: F401 - get_path's table, and where callers find it
 
 
 class DecodePath(abc.ABC):
@@ -263,10 +240,6 @@ def make_stepper(name: str, geometry, R: int, W: int, T: int, device) -> Stepper
     if not isinstance(path, StepperPath):
         raise ValueError(f"path {name!r} is not a StepperPath; it has no per-step stepper")
     return path.stepper_cls(geometry, R, W, T, device)
-
-
-def list_paths() -> list[str]:
-    return list(PATHS)
 
 
 def get_path(name: str) -> DecodePath:

@@ -1,9 +1,9 @@
 """The exact references every path is checked against (docs/design.md §1-§2): plain torch, no custom kernels.
 
 `fullstate_decode` keeps one [V, K] state per beam and copies the parent's state to each child every step; its
-update is the one GDN step (artifact.gdn.gdn_step).
-`replay_decode` computes the same outputs by projection replay (paper §3.2) through the ancestry index,
-never forming a per-beam state. Both return o as [T, R, W, HV, V].
+update is the one GDN step (artifact.gdn.gdn_step). `TorchReplayStepper` computes the same outputs by projection
+replay (paper §3.2) through the ancestry index, never forming a per-beam state (the `reference_replay` path).
+Outputs are o [T, R, W, HV, V].
 """
 from __future__ import annotations
 
@@ -180,11 +180,6 @@ def fullstate_chains(wl: Workload, beams: int, dtype=torch.float32) -> torch.Ten
     return o
 
 
-
-
-def replay_decode(wl: Workload, dtype=torch.float64, store: GtrStore | None = None) -> torch.Tensor:
-    """Projection replay (§3.2) over GTRs kept in `store` (default: records in `dtype`), via §3.3's ancestry."""
-    return _decode(TorchReplayStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, dtype, store), wl, dtype)
 
 
 class ReferenceFullStatePath(StepperPath):

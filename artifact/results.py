@@ -1,16 +1,20 @@
-"""Results I/O (docs/design.md §6): tidy CSV rows appended and flushed per cell, an env record per run.
+"""The results store (docs/design.md §6): the one module that writes, reads, repairs, diffs, merges and folds
+results tables, and reads the records beside them. Tidy CSV rows appended and flushed per cell.
 
 One schema for every suite, so files never become a sparse union of columns. A row is keyed by its
 `config_hash` (everything that defines the cell, nothing measured); a re-run skips hashes already present.
-`run_id` names the env record (results/env/<run_id>.json) of the run that produced the row.
+`run_id` (new_run_id) names the env record (results/env/<run_id>.json, artifact.env_record) of the run that
+produced the row.
 
 Every reader of a results table (the sweep's resume, the merges, the figures) goes through `read_table`, which
 checks every line against the schema (`row_problems`) and names the file and line of anything it refuses;
 `append_row` checks a row the same way before writing it, so what is written reads back. A table written before
 a column of ADDED_COLUMNS existed reads with that column empty, and the first append rewrites it in COLUMNS
-(`upgrade_table`). `table_lock` gives a table one writer at a time. `python -m artifact.results repair FILE`
-moves refused lines aside; `python -m artifact.results verify ENV.json ...` checks env records against the code
-they name.
+(`upgrade_table`). `table_lock` gives a table one writer at a time. Two rows of one cell differ where
+`differing_columns` says so. `repair_table` moves refused lines aside (`python -m artifact.results repair FILE`);
+`merge_shards` and `fold_rerun` join tables (python -m sweeps.merge); `read_side_table` reads the tables beside a
+suite's, `read_wall` a run's wall record. `python -m artifact.results verify ENV.json ...` checks env records
+against the code they name. This module imports no torch: the reporting stage (plots/) reads through it.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ import os
 import platform
 import re
 import subprocess
+import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -75,6 +80,18 @@ def config_hash(cell: dict) -> str:
         key["suite"] = cell["join_key"]
     blob = json.dumps(key, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def new_run_id(suite: str, shard: tuple[int, int] | None = None) -> str:
+    """A new run's id, `<suite>-<UTC start, %Y%m%dT%H%M%SZ>[-s<i>of<n>]-<6 hex>`: it names the run's env record
+    (env/<run_id>.json) and its side files; ids of one suite sort by start time, and the random tail keeps two
+    runs started in the same second (the shards of one multirun) apart. Every writer of results builds its run
+    ids here (the sweeps, tools.bench, tools.decode_breakdown)."""
+    if not _SUITE.fullmatch(suite):
+        raise ValueError(f"new_run_id: suite {suite!r} is not a lower-case identifier")
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    part = f"-s{shard[0]}of{shard[1]}" if shard is not None else ""
+    return f"{suite}-{stamp}{part}-{uuid.uuid4().hex[:6]}"
 
 
 def _number(text: str) -> float | None:
@@ -402,49 +419,69 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
 PROVENANCE = ("run_id",)   # columns that say where a row came from, not what it measured
 
 
-def repair_table(path: str | os.PathLike) -> dict:
+def differing_columns(a: dict, b: dict) -> list[str]:
+    """The columns of COLUMNS, provenance aside, in which two rows of one cell differ: [] when they record the
+    same measurement. The one test of "same cell, different values" (the repair, the shard merge, the figures'
+    reading of a cell in two files)."""
+    return [c for c in COLUMNS if c not in PROVENANCE and a.get(c, "") != b.get(c, "")]
+
+
+def repair_table(path: str | os.PathLike, torn_only: bool = False, held: bool = False) -> dict:
     """Make a results table whole: keep its valid rows; move every refused line, the torn last line, and the
     rows of a cell recorded twice with different values (which one is right cannot be told) to `<file>.refused`
     (appended, each after a '# line <n>: <why>' note); a cell recorded twice with the same values (provenance
-    aside) keeps its first row. The next run of the suite measures the cells that lost their row. Holds the
-    table's lock. Returns {"kept", "moved": [(line, why)], "refused_file"}."""
+    aside) keeps its first row. The next run of the suite measures the cells that lost their row.
+    torn_only: move the torn last line alone (what a killed writer leaves; the sweep's resume does this) and
+    leave every other byte as it is. Holds the table's lock, unless `held` says the caller holds it (only the
+    holder may cut a torn line: another writer's half-written line is torn too).
+    Returns {"kept", "moved": [(line, why)], "refused_file"}."""
     path = Path(path)
-    with table_lock(path):
+    with contextlib.nullcontext() if held else table_lock(path):
         table = read_table(path)
         moved: list[Refused] = []
-        by_hash = {r["config_hash"]: (r, n) for r, n in zip(table.rows, table.lines)}
-        conflicted = set()
-        for ref in table.refused:
-            m = re.match(r"config_hash ([0-9a-f]{16}) is already recorded at line (\d+)", ref.why)
-            if m:
-                first, _ = by_hash[m[1]]
-                dup = _in_columns(table.columns, next(csv.reader([ref.text])))
-                diff = [c for c in COLUMNS if c not in PROVENANCE and first[c] != dup[c]]
-                if diff:
-                    conflicted.add(m[1])
-                    moved.append(Refused(ref.line, f"{ref.why}, with other values in {diff}", ref.text))
-                else:
-                    moved.append(Refused(ref.line, f"{ref.why}, with the same values", ref.text))
-            else:
-                moved.append(ref)
-        keep = []
-        for r, n in zip(table.rows, table.lines):
-            if r["config_hash"] in conflicted:
-                moved.append(Refused(n, f"config_hash {r['config_hash']} is recorded again later with other "
-                                        "values; neither row is kept", _csv_line(r)))
-            else:
-                keep.append(r)
         if table.torn is not None:
             moved.append(Refused(len(table.rows) + len(table.refused) + 2, "torn last line (no line end)",
                                  table.torn))
+        keep = table.rows
+        if not torn_only:
+            refused, conflicted = _refused_and_conflicts(table)
+            moved += refused
+            keep = []
+            for r, n in zip(table.rows, table.lines):
+                if r["config_hash"] in conflicted:
+                    moved.append(Refused(n, f"config_hash {r['config_hash']} is recorded again later with other "
+                                            "values; neither row is kept", _csv_line(r)))
+                else:
+                    keep.append(r)
         refused_file = path.with_name(path.name + ".refused")
         if moved:
             with open(refused_file, "a", encoding="utf-8") as f:
                 for ref in sorted(moved, key=lambda r: r.line):
                     f.write(f"# line {ref.line}: {ref.why}\n{ref.text}\n")
-            write_rows(path, keep)
+            if torn_only:
+                data = path.read_bytes()
+                atomic_write_bytes(path, data[: data.rfind(b"\n") + 1])
+            else:
+                write_rows(path, keep)
     return {"kept": len(keep), "moved": [(r.line, r.why) for r in sorted(moved, key=lambda r: r.line)],
             "refused_file": refused_file}
+
+
+def _refused_and_conflicts(table: Table) -> tuple[list[Refused], set[str]]:
+    """The refused lines of `table` (a repeated cell's line saying whether it repeats its first row's values),
+    and the config_hashes recorded twice with different values."""
+    first = {r["config_hash"]: r for r in table.rows}
+    out, conflicted = [], set()
+    for ref in table.refused:
+        m = re.match(r"config_hash ([0-9a-f]{16}) is already recorded at line (\d+)", ref.why)
+        if m:
+            diff = differing_columns(first[m[1]], _in_columns(table.columns, next(csv.reader([ref.text]))))
+            if diff:
+                conflicted.add(m[1])
+            ref = Refused(ref.line, f"{ref.why}, with other values in {diff}" if diff else
+                          f"{ref.why}, with the same values", ref.text)
+        out.append(ref)
+    return out, conflicted
 
 
 # ---------------------------------------------------------------- one writer per table
@@ -510,6 +547,218 @@ def table_lock(csv_path: str | os.PathLike, shared: bool = False):
         except (BlockingIOError, FileNotFoundError):
             pass
         os.close(fd)
+
+
+# ---------------------------------------------------------------- editing, merging and folding tables
+# Every table is read whole through read_table and written under its lock; every rewrite goes to a temporary
+# file that replaces the original atomically (os.replace), so a kill at any moment leaves the old or the new file.
+
+def drop_rows(csv_path: str | os.PathLike, hashes: set[str], statuses: tuple[str, ...]) -> int:
+    """Remove the rows whose config_hash is in `hashes` and status in `statuses` (a sweep's `redo`); return how
+    many. The caller holds the table's lock."""
+    rows = read_rows(csv_path)
+    keep = [r for r in rows if not (r["config_hash"] in hashes and r["status"] in statuses)]
+    if len(keep) != len(rows):
+        write_rows(csv_path, keep)
+    return len(rows) - len(keep)
+
+
+def shard_files(results_dir: str | os.PathLike, suite: str) -> list[Path]:
+    """results/<suite>.shard<i>-of-<n>.csv, ordered by (n, i)."""
+    pat = re.compile(rf"{re.escape(suite)}\.shard(\d+)-of-(\d+)\.csv")
+    found = [(p, pat.fullmatch(p.name)) for p in Path(results_dir).glob(f"{suite}.shard*-of-*.csv")]
+    return [p for p, m in sorted(((p, m) for p, m in found if m), key=lambda pm: (int(pm[1][2]), int(pm[1][1])))]
+
+
+def _whole_rows(path: Path, notes: list[str]) -> list[dict]:
+    """A table's rows for a merge: every line must be valid (else ResultsFileError naming them); a torn last
+    line (a killed job's) is left out, and said so in `notes`."""
+    table = read_table(path)
+    rows = table.whole(torn="skip")
+    if table.torn is not None:
+        notes.append(f"{path}: left out its torn last line (a killed run's; running that job again records "
+                     f"the cell): {table.torn[:80]!r}")
+    return rows
+
+
+def merge_shards(results_dir: str | os.PathLike, suite: str, notes: list[str] | None = None) -> tuple[Path, int]:
+    """Merge every shard file of `suite` into results/<suite>.csv (rows already there are kept).
+
+    Every file is read whole (an invalid line refuses the merge, naming it; a shard's torn last line is left
+    out and noted in `notes`). A config_hash present twice must carry the same values (differing_columns) or
+    the merge is refused, naming the hash, the files and the differing columns. Holds the merged table's lock
+    and every shard's (a shard still running refuses the merge). Shard files are left in place, so the merge
+    can be repeated. Returns the merged path and the number of rows added."""
+    results_dir = Path(results_dir)
+    notes = [] if notes is None else notes
+    target = results_dir / f"{suite}.csv"
+    shards = shard_files(results_dir, suite)
+    if not shards:
+        raise ResultsFileError(f"no shard files {suite}.shard<i>-of-<n>.csv in {results_dir}")
+    with contextlib.ExitStack() as locks:
+        for p in [target, *shards]:
+            locks.enter_context(table_lock(p))
+        merged: dict[str, tuple[dict, Path]] = {}
+        before = 0
+        for p in [target, *shards]:
+            rows = _whole_rows(p, notes)
+            before += len(rows) if p == target else 0
+            for r in rows:
+                h = r["config_hash"]
+                if h in merged:
+                    old, src = merged[h]
+                    diff = differing_columns(old, r)
+                    if diff:
+                        raise ResultsFileError(f"config_hash {h}: {src.name} and {p.name} disagree on {diff} "
+                                               f"({[old[c] for c in diff]} vs {[r[c] for c in diff]}); refusing "
+                                               "to merge (remove the stale row or file)")
+                    continue
+                merged[h] = (r, p)
+        write_rows(target, [r for r, _ in merged.values()])
+    return target, len(merged) - before
+
+
+@dataclass
+class SideTable:
+    """A CSV beside a suite's table with columns of its own (append_csv writes it): its header and its rows as
+    text, and its torn last line (None if the file ends cleanly)."""
+
+    path: Path
+    columns: list[str] = field(default_factory=list)
+    rows: list[dict] = field(default_factory=list)
+    torn: str | None = None
+
+
+def read_side_table(path: str | os.PathLike) -> SideTable:
+    """Read a side table (e.g. beam_scaling_steps.csv, full_model_breakdown.csv): every complete line must be one
+    UTF-8 CSV record of exactly the header's fields, else ResultsFileError naming the file and line; a last line
+    without its line end (a killed writer's) is returned as `torn`, never as a row. A missing or empty file is
+    an empty table. The one reader of side tables (the fold below, the figures)."""
+    path = Path(path)
+    table = SideTable(path)
+    try:
+        data = path.read_bytes() if path.exists() else b""
+    except OSError as e:
+        raise ResultsFileError(f"{path}: cannot read: {e}") from None
+    raw = data.split(b"\n")
+    if raw[-1]:
+        table.torn = raw[-1].decode("utf-8", "replace")
+    for n, line in enumerate(raw[:-1], start=1):
+        try:
+            fields = next(csv.reader([line.rstrip(b"\r").decode("utf-8")], strict=True), [])
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise ResultsFileError(f"{path} line {n}: not one UTF-8 CSV record ({e})") from None
+        if n == 1:
+            table.columns = fields
+        elif len(fields) != len(table.columns):
+            raise ResultsFileError(f"{path} line {n}: {len(fields)} fields, expected {len(table.columns)} "
+                                   "(a truncated or mangled line)")
+        else:
+            table.rows.append(dict(zip(table.columns, fields)))
+    return table
+
+
+def side_tables(results_dir: str | os.PathLike, suite: str) -> list[Path]:
+    """The suite's side tables in a results folder: <suite>_*.csv files keyed by config_hash. A file of that name
+    pattern without a config_hash column is a table of its own (e.g. full_model_breakdown.csv), not a side table."""
+    return [p for p in sorted(Path(results_dir).glob(f"{suite}_*.csv"))
+            if "config_hash" in read_side_table(p).columns]
+
+
+def _folded_side_rows(target: Path, source: Path, hashes: set) -> tuple[list[dict], list[str]] | None:
+    """Side table `target` where the rows of `hashes` are `source`'s: replaced, added, or -- where `source` has
+    none for a folded cell -- dropped, since a side row belongs to the run of its cell's row; in target's columns.
+    None when nothing changes."""
+    src, old = read_side_table(source), read_side_table(target)
+    new = {r["config_hash"]: r for r in src.rows if r["config_hash"] in hashes}
+    cols = old.columns or src.columns
+    if not new and not any(r["config_hash"] in hashes for r in old.rows):
+        return None
+    seen = {r["config_hash"] for r in old.rows}
+    kept = [new.get(r["config_hash"], r) for r in old.rows
+            if r["config_hash"] not in hashes or r["config_hash"] in new]
+    return kept + [r for h, r in new.items() if h not in seen], cols
+
+
+def fold_rerun(results_dir: str | os.PathLike, suite: str, rerun_dir: str | os.PathLike,
+               keep_paths: tuple[str, ...] = (), notes: list[str] | None = None) -> dict:
+    """Fold the rows of a re-run (another results folder, e.g. a geometry re-run after a kernel change, or a
+    `redo=...` into a copy of the table) into results/<suite>.csv: each row of a run the table does not hold yet
+    replaces the row of the same config_hash (or is added), except rows of `keep_paths` (e.g. a baseline whose
+    package the re-run machine lacked). Rows of runs the table already holds -- a copied table's old rows, or a
+    re-run folded before -- are left alone, so folding is idempotent and never brings an old row back. The env
+    records (env/<run_id>.json, .wall.json) of every run whose rows came in are copied beside the table.
+    A side table of the suite (side_tables: <suite>_*.csv beside it, rows keyed by config_hash) follows its
+    rows: the re-run's side rows of every folded config_hash replace the table's (none: the old side row goes
+    with its superseded row).
+    Both tables are read whole (an invalid line refuses the fold, naming it; the re-run's torn last line is
+    left out and noted in `notes`) and both are locked while the fold runs.
+    Returns {"replaced", "added", "kept", "runs", "orphaned"}: `orphaned` names the <suite> env records (and
+    their side files) left with no row (superseded runs; delete them, git keeps them)."""
+    results_dir, rerun_dir = Path(results_dir), Path(rerun_dir)
+    notes = [] if notes is None else notes
+    target, source = results_dir / f"{suite}.csv", rerun_dir / f"{suite}.csv"
+    if not source.exists():
+        raise ResultsFileError(f"no results file {source}")
+    with table_lock(target), table_lock(source):
+        rows = _whole_rows(target, notes) if target.exists() else []     # a suite's first rows start its table
+        incoming = _whole_rows(source, notes)
+        index = {r["config_hash"]: i for i, r in enumerate(rows)}
+        held = {r["run_id"] for r in rows}
+        counts = {"replaced": 0, "added": 0, "kept": 0}
+        runs: set[str] = set()
+        folded: set[str] = set()          # config_hashes whose row came in: their side-table rows follow
+        for r in incoming:
+            if r["run_id"] in held:
+                continue
+            if r["path"] in keep_paths:
+                counts["kept"] += 1
+                continue
+            i = index.get(r["config_hash"])
+            if i is None:
+                index[r["config_hash"]] = len(rows)
+                rows.append(r)
+                counts["added"] += 1
+            else:
+                rows[i] = r
+                counts["replaced"] += 1
+            runs.add(r["run_id"])
+            folded.add(r["config_hash"])
+        missing = [run for run in sorted(runs) if not (rerun_dir / "env" / f"{run}.json").exists()]
+        if missing:
+            raise ResultsFileError(f"{rerun_dir / 'env'} lacks the env record of run(s) {missing}; "
+                                   "a row is only kept beside its run's env record")
+        sides = [(results_dir / p.name, _folded_side_rows(results_dir / p.name, p, folded))
+                 for p in side_tables(rerun_dir, suite)]          # every table read before any file is written
+        (results_dir / "env").mkdir(exist_ok=True)
+        for run in sorted(runs):   # the record and its side files (.wall.json, the traffic suite's .traffic.json)
+            for src in sorted((rerun_dir / "env").glob(f"{run}.*json")):
+                atomic_write_bytes(results_dir / "env" / src.name, src.read_bytes())
+        for side, folded_rows in sides:
+            if folded_rows is not None:
+                write_rows(side, *folded_rows)
+        write_rows(target, rows)
+    live = {r["run_id"] for r in rows}
+    orphaned = sorted(f.name for f in (results_dir / "env").glob(f"{suite}-*.json")     # side files included
+                      if f.name.split(".", 1)[0] not in live)
+    return {**counts, "runs": sorted(runs), "orphaned": orphaned}
+
+
+# ---------------------------------------------------------------- the records beside the tables
+
+def read_wall(results_dir: str | os.PathLike, run_id: str) -> dict | None:
+    """A run's wall record, <results_dir>/env/<run_id>.wall.json (the sweep writes it at the end of every run:
+    wall_s, cells, by_path, shared); None when there is none. ResultsFileError when it is not a JSON object
+    with a number `wall_s` (the message names the file)."""
+    f = Path(results_dir) / "env" / f"{run_id}.wall.json"
+    if not f.is_file():
+        return None
+    try:
+        rec = json.loads(f.read_text())
+        float(rec["wall_s"])
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise ResultsFileError(f"{f}: unreadable wall record ({type(e).__name__})") from None
+    return rec
 
 
 def git_commit() -> str:
@@ -597,50 +846,6 @@ def verify_env(path: str | os.PathLike, root: str | os.PathLike = _ROOT) -> tupl
         return "ok", f"sources match {commit[:12]}"
     return "MISMATCH", (f"sources do NOT match git_commit {commit[:12]}: the run's code differs from that commit "
                         "(a mistyped ONELA_GIT_COMMIT, or uncommitted changes)")
-
-
-def _version(mod: str) -> str:
-    try:
-        from importlib.metadata import version
-        return version(mod)
-    except Exception:  # noqa: BLE001 - any failure means "not installed"
-        return "not installed"
-
-
-def env_record(extra: dict | None = None) -> dict:
-    """GPU, driver, clocks, library versions and commit: what a reader needs to trust a results file."""
-    import torch
-    rec = {
-        "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "host": platform.node(), "python": platform.python_version(),
-        "torch": torch.__version__, "triton": _version("triton"), "cuda": torch.version.cuda,
-        "git_commit": git_commit(),
-        "source_sha256": source_digest(),
-        "packages": {p: _version(p) for p in ("vllm", "sglang", "flashinfer-python", "tensorrt_llm", "fla-core",
-                                              "einops", "transformers", "hydra-core", "numpy", "pandas")},
-    }
-    if torch.cuda.is_available():
-        p = torch.cuda.get_device_properties(0)
-        rec.update(gpu=p.name, gpu_count=torch.cuda.device_count(), sm_count=p.multi_processor_count,
-                   gpu_memory_bytes=p.total_memory)
-        try:
-            q = subprocess.run(["nvidia-smi", "--query-gpu=driver_version,clocks.sm,clocks.mem,clocks.max.sm,"
-                                "clocks.max.mem,power.limit", "--format=csv,noheader"],
-                               capture_output=True, text=True, timeout=20).stdout.strip().splitlines()
-            rec["nvidia_smi"] = q[0] if q else "no output"
-        except (OSError, subprocess.SubprocessError) as e:
-            rec["nvidia_smi"] = f"unavailable: {e}"
-    else:
-        rec["gpu"] = "none (CPU; Triton interpreter)"
-    rec.update(extra or {})
-    return rec
-
-
-def write_env(path: str | os.PathLike, extra: dict | None = None) -> dict:
-    rec = env_record(extra)
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(rec, indent=2, default=str) + "\n")
-    return rec
 
 
 USAGE = """usage:

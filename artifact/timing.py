@@ -18,7 +18,7 @@
 
 Both return a `Timing`. Two summary conventions are kept, each where its rows were measured with it, so
 recorded rows stay comparable: "torch" (the lower middle sample, as torch.median picks it, and
-torch.quantile's linear interpolation; operator rows and their launch_floor_ms, tools.bench, tools.launch_floor)
+torch.quantile's linear interpolation; operator rows and their launch_floor_ms, tools.bench, tools.measure_launch_floor)
 and "statistics" (statistics.median, the mean of the middle two, and statistics.quantiles(n=5); the full model's
 rows, and do_bench's own median for the ceilings and tools.gather_bench).
 """

@@ -49,11 +49,6 @@ class Geometry:
         """One fp32 [HV, V, K] recurrent state (one beam, all value heads)."""
         return self.hv * self.v * self.k * 4
 
-    @property
-    def gtr_bytes(self) -> int:
-        """One GTR per value head (alpha fp32, delta bf16 [V], k-hat bf16 [K]) as the paper counts it."""
-        return self.hv * (4 + 2 * self.v + 2 * self.k)
-
 
 # The nine operator-suite geometries (paper §4.1: HK 4-32, HV 4-64, K 128-256, V 128-512), by name, with the
 # model each comes from. "range point" rows are not a released model: they fill the paper's stated ranges.

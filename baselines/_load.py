@@ -188,8 +188,3 @@ def unavailable_reason(spec: dict, modules: list[str]) -> str | None:
         except ImportError as e:
             return str(e)
     return None
-
-
-def origin(module: types.ModuleType) -> str:
-    """Where a loaded kernel module came from (pack or installed), for the env record."""
-    return getattr(module, "__file__", None) or "<unknown>"

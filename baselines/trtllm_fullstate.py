@@ -55,7 +55,6 @@ KERNEL_MODULE = "tensorrt_llm._torch.modules.fla.fused_sigmoid_gating_recurrent"
 LOAD_SPEC = {"wheel": "tensorrt-llm==1.2.0", "modules": [KERNEL_MODULE]}
 NOT_ON_PYPI = ("TensorRT-LLM's PyPI package is a stub that downloads the real wheel from NVIDIA's own "
                "package index at install time; install TensorRT-LLM 1.2 from there or its container")
-LAYOUTS = ("vk", "kv")          # state [slots, HV, V, K] (K contiguous) or [slots, HV, K, V]
 
 
 def kernel():

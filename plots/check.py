@@ -4,7 +4,7 @@ A run folder is what `python -m sweeps.run ... results_dir=RUN_DIR` writes (`./r
 `<suite>.csv` files and `env/<run_id>.json` records. Its rows are matched to the reference's rows (default:
 the committed `results/`) by `config_hash`, which hashes everything that defines a cell (suite, path, geometry,
 shape, prompt length, lineage, seed) and nothing measured. Every paper number of `plots/paper.py` is then
-computed, by the same code as `results/REPORT.md` (`plots/ours.py`), twice: on this run's matched rows and on the
+computed, by the same code as `results/REPORT.md` (`plots/reproduced.py`), twice: on this run's matched rows and on the
 reference's rows of the same cells, so a run of a few cells is compared with the committed values *of those
 cells*. A paper FullState number pairs only with the paper's mode of each FullState system (`<system>_paper`), as in
 REPORT; its index-mode value (`<system>`) is a line of its own, marked "[index mode]", compared run against
@@ -38,7 +38,7 @@ import pandas as pd
 
 from plots import paper
 from plots.data import Results, load_results
-from plots.ours import MODE_KEYS, index_measures, measures, mode_paths
+from plots.reproduced import MODE_KEYS, index_measures, measures, mode_paths
 from plots.report import NOT_PAIRED, UNIT, fmt
 from plots.style import INDEX_MODE, PAPER_MODE, display_name, ordered
 

@@ -8,7 +8,9 @@ shown beside the primary ones, labelled, never instead of them. Missing, empty a
 files are empty tables, not errors: the figures then say "no data yet" and REPORT.md says "not measured yet".
 Every table is read by artifact.results.read_table, the reader the sweeps use: a line that is not a valid row
 (or a torn last line, or a file of another schema) is never drawn, and is named -- file and line, with the
-repair command -- on stderr and in REPORT.md (`Results.notes`).
+repair command -- on stderr and in REPORT.md (`Results.notes`). The side tables beside a suite's table
+(beam_scaling_steps.csv, full_model_breakdown.csv, ...) are read by artifact.results.read_side_table
+(`side_frame`).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from artifact.limits import DEFAULT_TOLERANCE
-from artifact.results import COLUMNS, PROVENANCE, ResultsFileError, read_table, repair_command
+from artifact.results import COLUMNS, ResultsFileError, differing_columns, read_side_table, read_table, repair_command
 
 SUITES = ("operator", "recurrent_path", "traffic", "full_model", "smoke", "beam_scaling")
 SHAPE_KEY = ("geometry", "R", "W", "T", "prompt_len", "lineage", "seed")
@@ -104,6 +106,27 @@ def read_csv(path: Path, notes: list[str] | None = None) -> pd.DataFrame:
     return df
 
 
+def side_frame(root: str | Path, name: str, numeric) -> pd.DataFrame:
+    """The side table `root/name` (artifact.results.read_side_table) as text columns, those for which
+    `numeric(column)` holds as numbers (empty text: NaN). Empty when the file is absent or empty; a torn last line
+    is left out and a file the reader refuses is drawn as empty, both named on stderr."""
+    path = Path(root) / name
+    try:
+        table = read_side_table(path)
+    except ResultsFileError as e:
+        _note(f"{e} -- not drawn")
+        return pd.DataFrame()
+    if table.torn is not None:
+        _note(f"{path}: left out its torn last line: {table.torn[:80]!r}")
+    if not table.columns:
+        return pd.DataFrame()
+    df = pd.DataFrame(table.rows, columns=table.columns, dtype=str)
+    for c in df.columns:
+        if numeric(c):
+            df[c] = pd.to_numeric(df[c].replace("", np.nan), errors="coerce")
+    return df
+
+
 def _typed(df: pd.DataFrame) -> pd.DataFrame:
     df = df.copy()
     df["shape"] = df[list(SHAPE_KEY)].apply(lambda r: "|".join(_key_part(str(v)) for v in r), axis=1) \
@@ -130,11 +153,10 @@ def load_suite(results_dir: str | Path, suite: str, notes: list[str] | None = No
     df = pd.concat(frames, ignore_index=True)
     dup = df["config_hash"].duplicated(keep="first")
     if dup.any():
-        first = df[~dup].set_index("config_hash")
-        values = [c for c in COLUMNS if c not in PROVENANCE]
+        first = df[~dup].set_index("config_hash", drop=False)
         for _, r in df[dup].iterrows():
             kept = first.loc[r["config_hash"]]
-            diff = [c for c in values if c != "config_hash" and kept[c] != r[c]]
+            diff = differing_columns(kept.to_dict(), r.to_dict())
             if diff:
                 _say(notes, f"{suite}: config_hash {r['config_hash']} differs between {kept['source']} and "
                             f"{r['source']} in {diff}; drawing the first (settle it with `python -m sweeps.merge "

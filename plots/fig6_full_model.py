@@ -18,7 +18,7 @@ import matplotlib.pyplot as plt
 from plots import paper
 from plots.bars import grouped_bars
 from plots.data import Results, cell, paired_ratio, select
-from plots.ours import fig6_table
+from plots.reproduced import fig6_table
 from plots.style import (INDEX_MODE, PAPER_MODE, REFERENCE_PATHS, colour, display_name, mode_path, no_data,
                          path_handle, save, with_partners)
 

@@ -23,11 +23,11 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from plots import paper
+from plots.bars import paper_markers
 from plots.data import PRIMARY_GATE, Results, own_gates
-from plots.ours import baselines_in, fig7_ratios, paper_baselines
-from plots.style import (INDEX_HATCH, INDEX_MODE, PAPER_MARKER, PAPER_MODE, colour, display_name, hatch,
-                         mark_series, mode_of, mode_path, no_data, not_in_paper_paths, ordered, paper_handle, partner,
-                         plain_log, save)
+from plots.reproduced import baselines_in, fig7_ratios, paper_baselines
+from plots.style import (INDEX_HATCH, INDEX_MODE, PAPER_MODE, colour, display_name, hatch, mark_series, mode_of,
+                         mode_path, no_data, not_in_paper_paths, ordered, paper_handle, partner, plain_log, save)
 
 STEM = "fig7_generality"
 PANELS = (("latency_ms", "(a) captured latency: baseline / OneLA", "median speedup"),
@@ -105,9 +105,7 @@ def _panel(ax, res: Results, ratios: dict, title: str, paper_medians: dict, abse
                 transform=ax.get_xaxis_transform(), ha="center", va="center", fontsize=6.5, color="#616161",
                 bbox=dict(boxstyle="round", facecolor="#f5f5f5", edgecolor="#bdbdbd"))
     # beside the slot (not on it), so the paper's diamond never hides our median line
-    pts = [(at[b] + 0.38, paper_medians[b]) for b in names if b in paper_medians]
-    if pts:
-        ax.scatter([p[0] for p in pts], [p[1] for p in pts], **PAPER_MARKER)
+    paper_markers(ax, [(at[b] + 0.38, paper_medians[b]) for b in names if b in paper_medians])
     ticks = []
     for b in names:
         t = f"{_name(b)}\n(n={len(ratios[b]) if b in ratios else 0})"

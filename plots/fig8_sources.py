@@ -26,7 +26,7 @@ from matplotlib.patches import Patch
 from plots import paper
 from plots.bars import bar_label, bar_x, crowded, floor_ticks, grouped_bars
 from plots.data import Results, cell
-from plots.ours import fig8_table
+from plots.reproduced import fig8_table
 from plots.style import (INDEX_HATCH, MIB, PAPER_MARKER, PAPER_MODE, REFERENCE_PATHS, display_name, mode_path,
                          no_data, not_in_paper_paths, paper_handle, path_handle, plain_log, save, short,
                          with_partners)

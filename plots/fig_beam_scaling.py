@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from plots.data import Results, within_gate
+from plots.data import Results, side_frame, within_gate
 from plots.style import REFERENCE_PATHS, colour, display_name, mark_series, no_data, ordered, plain_log, save
 
 STEM = "fig_beam_scaling"
@@ -37,15 +36,8 @@ def is_fullstate(path: str) -> bool:
 
 def load_side(root, name: str) -> pd.DataFrame:
     """A side table as text columns, with its measured columns numeric; empty if the file is absent."""
-    f = Path(root) / name
-    if not f.is_file() or not f.read_text().strip():
-        return pd.DataFrame()
-    df = pd.read_csv(f, dtype=str, keep_default_na=False)
-    for c in df.columns:
-        if c.endswith(("_ms", "_bytes", "_W", "_a", "_b", "_flops")) or c in ("R", "W", "T", "O", "step",
-                                                                              "max_abs_err"):
-            df[c] = pd.to_numeric(df[c].replace("", np.nan), errors="coerce")
-    return df
+    return side_frame(root, name, lambda c: c.endswith(("_ms", "_bytes", "_W", "_a", "_b", "_flops"))
+                      or c in ("R", "W", "T", "O", "step", "max_abs_err"))
 
 
 def _joined(res: Results, side_name: str) -> pd.DataFrame:
@@ -110,7 +102,6 @@ class Crossover:
     t: float = math.nan              # depth: the step index, i.e. the ancestral records replayed
     onela_fit: tuple | None = None
     fullstate_fit: tuple | None = None
-    points: int = 0                  # common depths with both per-step times
 
     @property
     def O(self) -> float:            # the O-token decode whose last step is step t
@@ -119,7 +110,6 @@ class Crossover:
     def text(self) -> str:
         fits = ""
         if self.onela_fit and self.fullstate_fit:
-            (ao, bo), (af, bf) = self.onela_fit, self.fullstate_fit
             fits = (f"OneLA {_line(self.onela_fit)} us, {display_name(self.path)} {_line(self.fullstate_fit)} us "
                     f"(least squares over the measured steps t >= {FIT_FROM})")
         if self.kind == "measured":
@@ -138,7 +128,7 @@ def crossover(depth: pd.DataFrame, fullstate: str) -> Crossover:
     one, fs = one[~one.index.duplicated(keep="last")], fs[~fs.index.duplicated(keep="last")]
     common = sorted(set(one.index) & set(fs.index))
     fo, ff = fit_line(one.index, one.values), fit_line(fs.index, fs.values)
-    out = Crossover(fullstate, "none", onela_fit=fo, fullstate_fit=ff, points=len(common))
+    out = Crossover(fullstate, "none", onela_fit=fo, fullstate_fit=ff)
     prev = None
     for t in common:
         gap = fs[t] - one[t]

@@ -11,13 +11,12 @@ and the components furthest above their floors.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
-from plots.data import Results
+from plots.data import Results, side_frame
 from plots.style import colour, display_name, hatch, mark_series, no_data, ordered, save
 
 STEM = "fig_breakdown"
@@ -41,13 +40,7 @@ NUMERIC = ("R", "W", "T", "O", "prompt_len", "measured_ms", "floor_ms", "bytes",
 
 def load(root) -> pd.DataFrame:
     """The breakdown rows of the latest run per (path, prompt_len, O); an empty frame if there is no file."""
-    f = Path(root) / CSV_NAME
-    if not f.is_file() or not f.read_text().strip():
-        return pd.DataFrame()
-    df = pd.read_csv(f, dtype=str, keep_default_na=False)
-    for c in NUMERIC:
-        if c in df:
-            df[c] = pd.to_numeric(df[c].replace("", np.nan), errors="coerce")
+    df = side_frame(root, CSV_NAME, lambda c: c in NUMERIC)
     if not len(df):
         return df
     latest = df.groupby(["path", "prompt_len", "O"])["run_id"].transform("max")

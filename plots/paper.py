@@ -20,9 +20,6 @@ FIG6_PROMPTS = (1024, 5120)
 # the paper's number, never paired with it.
 FIG7_BASELINES = ("vllm_fullstate", "sglang_fullstate", "vllm_prefix_replay", "sglang_replayssm",
                   "flashinfer_fullstate", "trtllm_fullstate")
-# The paper's systems (the `<system>` in its keys) per our path; the paper's vLLM ReplaySSM has no path here.
-PAPER_SYSTEMS = ("vllm_fullstate", "sglang_fullstate", "vllm_replayssm", "sglang_replayssm", "flashinfer_fullstate",
-                 "trtllm_fullstate")
 # A paper system no released framework provides for GDN: why, and the path shown beside its numbers (not paired).
 NO_KERNEL = {"vllm_replayssm": ("no released vLLM has a GDN ReplaySSM kernel (vLLM 0.33's ReplaySSM is "
                                 "Mamba2-only); vLLM's prefix-cache replay shown beside, not paired",

@@ -3,21 +3,21 @@ and README.md's claims table (between its `<!-- claims:begin -->` / `<!-- claims
 numbers grouped by the paper's claims with the command and the recorded GPU time of each suite.
 
 Generated from results/ alone and deterministic (no timestamp of its own), so regenerating from unchanged
-results changes nothing. "ours" for each paper number comes from plots/ours.py: a paper FullState number pairs
+results changes nothing. "ours" for each paper number comes from plots/reproduced.py: a paper FullState number pairs
 only with the paper-mode rows (`<system>_paper`), and where it reads a FullState system the index-mode value
 follows in its own row (REPORT) or in brackets (README), labelled "index mode" and never paired with the paper's.
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
 from pathlib import Path
 
+from artifact.results import ResultsFileError, read_wall
 from plots import fig_beam_scaling, fig_breakdown, paper
 from plots.data import SHAPE_KEY, SUITES, Results
-from plots.ours import MODE_KEYS, index_measures, measures, mode_paths, not_in_paper
+from plots.reproduced import MODE_KEYS, index_measures, measures, mode_paths, not_in_paper
 from plots.style import INDEX_MODE, PAPER_MODE, display_name
 
 NOT_MEASURED = "not measured yet"
@@ -99,7 +99,7 @@ def floors_per_geometry(res: Results) -> list[str]:
 def paths_not_measured(res: Results) -> list[str]:
     """Registered paths with no row in any suite (e.g. a mode added after the last GPU run): named, so a reader
     sees they exist and were not measured rather than that they were dropped."""
-    from artifact.paths import PATHS
+    from artifact.registry import PATHS
     df = res.all_rows()
     seen = set(df["path"].astype(str)) if len(df) else set()
     missing = [p for p in PATHS if p not in seen]
@@ -282,10 +282,12 @@ def suite_wall(results_dir: Path, suite: str) -> tuple[float, int, int]:
     counts = read_csv(f)["run_id"].value_counts()
     secs, covered = 0.0, 0
     for run_id, n in counts.items():
-        wf = Path(results_dir) / "env" / f"{run_id}.wall.json"
-        if not wf.is_file():
+        try:
+            rec = read_wall(results_dir, run_id)
+        except ResultsFileError:
+            rec = None                     # an unreadable record covers no row, like a missing one
+        if rec is None:
             continue
-        rec = json.loads(wf.read_text())
         secs += rec["wall_s"] * min(1.0, int(n) / max(1, int(rec.get("cells", n))))
         covered += int(n)
     return secs, covered, int(counts.sum())

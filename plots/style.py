@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 # (path `<system>_paper`: one persistent pool, an explicit per-step copy of the parents' states) and the index mode
 # (path `<system>`: two pools, the parent's state read through an index). One naming rule for all: the paper's
 # mode carries the paper's name, the index mode the same name + INDEX_LABEL; both take the system's colour, and the
-# index mode is hatched (INDEX_HATCH). The paper's numbers pair only with the paper's mode (plots/ours.py).
+# index mode is hatched (INDEX_HATCH). The paper's numbers pair only with the paper's mode (plots/reproduced.py).
 FULLSTATE_SYSTEMS: dict[str, tuple[str, str]] = {
     "controlled_fullstate": ("Controlled FullState", "#616161"),
     "vllm_fullstate": ("vLLM FullState", "#1565c0"),

@@ -3,11 +3,11 @@
 
 Without `from`: shards (launcher=joblib_gpus / launcher=slurm, or shard.index=i shard.count=n by hand) write
 results/<suite>.shard<i>-of-<n>.csv; this folds them into results/<suite>.csv, refusing a config_hash that
-two files record with different values (sweeps.tables.merge_shards). The launcher configs run it
+two files record with different values (artifact.results.merge_shards). The launcher configs run it
 automatically when every job has ended (MergeShardsCallback).
 With `from=DIR`: DIR holds a re-run (e.g. `redo=...` into a copy, or some geometries run again into a fresh
 folder after a fix); its rows replace those of the same cells, except rows of `keep_paths`, and its runs' env
-records are copied beside the table (sweeps.tables.fold_rerun). A latency ratio pairs only rows of one run,
+records are copied beside the table (artifact.results.fold_rerun). A latency ratio pairs only rows of one run,
 so re-run whole shapes (every path) when their timings should pair.
 
 Every argument is checked before any file is touched: the suite must be one of sweeps/conf/suite, the folders
@@ -18,15 +18,14 @@ usage.
 """
 from __future__ import annotations
 
-import json
 import sys
 from collections import Counter
 from pathlib import Path
 
 from hydra.experimental.callback import Callback
 
+from artifact.results import ResultsFileError, fold_rerun, merge_shards, read_rows, read_wall
 from sweeps.spec import results_dir_of
-from sweeps.tables import ResultsFileError, fold_rerun, merge_shards, read_rows
 
 ARGS = ("suite", "results_dir", "from", "keep_paths")
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE = 0, 1, 2
@@ -38,7 +37,7 @@ class UsageError(ValueError):
 
 
 def parse_args(argv: list[str]) -> dict:
-    from artifact.paths import PATHS
+    from artifact.registry import PATHS
     args = {"results_dir": "results"}
     seen = set()
     for a in argv:
@@ -77,11 +76,11 @@ def wall_report(results_dir: Path, suite: str) -> str:
     runs = Counter(r["run_id"] for r in read_rows(results_dir / f"{suite}.csv"))
     lines = []
     for run_id, n in sorted(runs.items()):
-        f = results_dir / "env" / f"{run_id}.wall.json"
         try:
-            said = f"{float(json.loads(f.read_text())['wall_s']):.0f} s wall" if f.exists() else "no wall record"
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            said = f"unreadable wall record {f.name} ({type(e).__name__})"
+            wall = read_wall(results_dir, run_id)
+            said = f"{float(wall['wall_s']):.0f} s wall" if wall else "no wall record"
+        except ResultsFileError as e:
+            said = str(e)
         lines.append(f"  {run_id}: {n} row(s), {said}")
     return "\n".join(lines)
 

@@ -16,13 +16,11 @@ every job and still exits non-zero.
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import os
 import signal
 import sys
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 
@@ -31,11 +29,12 @@ from omegaconf import DictConfig, OmegaConf
 
 import sweeps.schema  # noqa: F401 - registers the schemas and generated groups with the ConfigStore
 from artifact.measure import run_tolerance, same_tolerance
-from artifact.results import append_row, check_row, git_commit, read_table, table_lock, write_env
+from artifact.env_record import write_env
+from artifact.results import (ResultsFileError, TableBusy, append_row, check_row, drop_rows, git_commit, new_run_id,
+                              read_table, repair_table, table_lock, write_rows)
 from sweeps.context import RunContext, one_line, shape_label
 from sweeps.runners import RunnerUnavailable, load_runner
 from sweeps.spec import ConfigError, SweepSpec, check_results_dir, results_dir_of, shard_cells, validate
-from sweeps.tables import ResultsFileError, TableBusy, drop_rows, repair_tail, write_rows
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_BUSY, EXIT_INCOMPLETE = 0, 1, 2, 73, 75
 # Test hook (tests/test_sweeps.py): SIGKILL this process right after the N-th row of the run is written.
@@ -108,12 +107,6 @@ def _gpu_uuid(device) -> str | None:
     return str(getattr(torch.cuda.get_device_properties(device), "uuid", "")) or None
 
 
-def _new_run_id(spec: SweepSpec) -> str:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    shard = f"-s{spec.shard_index}of{spec.shard_count}" if spec.sharded else ""
-    return f"{spec.suite}-{stamp}{shard}-{uuid.uuid4().hex[:6]}"
-
-
 def _recorded(spec: SweepSpec, out_csv: Path, results_dir: Path) -> dict[str, dict]:
     """Rows already recorded for this suite: this run's file, and the merged file when sharded. Every line must
     be a valid row (ResultsFileError naming the rest, with the repair command)."""
@@ -152,11 +145,13 @@ def run_sweep(cfg: DictConfig) -> int:
 
 
 def _run_locked(cfg, spec: SweepSpec, device, results_dir: Path, out_csv: Path) -> int:
-    if repair_tail(out_csv):
-        print(f"[sweeps] {out_csv}: cut a torn last line left by a killed run", file=sys.stderr)
     cells = shard_cells(spec, device)
     selected = {c["config_hash"] for c in cells}
     try:
+        cut = repair_table(out_csv, torn_only=True, held=True)
+        if cut["moved"]:
+            print(f"[sweeps] {out_csv}: moved a torn last line left by a killed run to {cut['refused_file']}",
+                  file=sys.stderr)
         own = read_table(out_csv).whole()
         if cfg.redo:
             n = drop_rows(out_csv, selected, tuple(cfg.redo))
@@ -220,7 +215,7 @@ def _make_context(cfg, spec: SweepSpec, device, results_dir: Path) -> RunContext
         from artifact.measure import measure_ceilings
         print("[sweeps] measuring copy bandwidth and matrix rates for the floors ...")
         ceilings = measure_ceilings()
-    run_id = _new_run_id(spec)
+    run_id = new_run_id(spec.suite, (spec.shard_index, spec.shard_count) if spec.sharded else None)
     commit = git_commit()
     extra = {"run_id": run_id, "suite": spec.suite, "device": str(device), "assigned_gpu": cfg.hardware.gpu,
              "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),

@@ -5,7 +5,7 @@ the wrong type (`shape.R=[a]`) fails at composition, naming the key; values are 
 `sweeps.spec.validate` before any cell runs. Two groups are generated here from the code's own registries,
 so they can never drift from them:
     geometry/<name>  one option per artifact.workload.GEOMETRIES entry, plus `all` (the nine)
-    path/<name>      one option per artifact.paths.PATHS entry, plus `all` and `systems` (all but reference_*)
+    path/<name>      one option per artifact.registry.PATHS entry, plus `all` and `systems` (all but reference_*)
 An option's node is {name: ...}, so selecting several (`path=[onela,vllm_fullstate]`) merges into one dict
 whose keys are the selection. Suites pick their default selection with `override /geometry: ...`.
 """
@@ -19,7 +19,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from artifact.measure import DEFAULT_TOLERANCE
-from artifact.paths import PATHS
+from artifact.registry import PATHS
 from artifact.workload import GEOMETRIES
 from sweeps.runners import RUNNER_SETTINGS
 
@@ -36,7 +36,7 @@ class GeometryConf:
 
 @dataclass
 class PathConf:
-    """A registered path; `target` is its artifact.paths.PATHS entry (checked against the registry)."""
+    """A registered path; `target` is its artifact.registry.PATHS entry (checked against the registry)."""
 
     target: str = MISSING
 

@@ -209,7 +209,7 @@ def test_flashinfer_check_fails_if_write_indices_were_ignored(monkeypatch):
     assert res.status == "failed"
 
 
-@pytest.mark.parametrize("layout", trt.LAYOUTS)
+@pytest.mark.parametrize("layout", ["vk", "kv"])       # state [slots, HV, V, K] or [slots, HV, K, V]
 def test_trtllm_probe_finds_the_kernels_layout(layout):
     geo = Geometry(2, 4, 16, 32)                       # K != V: the two layouts differ in shape too
     assert trt.probe_state_layout(make_fake_trt(layout, takes_output=True), geo, "cpu") == layout

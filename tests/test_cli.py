@@ -1,5 +1,5 @@
 """Every command line checks its arguments before it needs a GPU or touches a file, and exits 2 on bad usage
-(sweeps.run, sweeps.merge, tools.inspect and tools.bench have their own tests beside their modules' tests)."""
+(sweeps.run, sweeps.merge, tools.compile_report and tools.bench have their own tests beside their modules' tests)."""
 from __future__ import annotations
 
 import os
@@ -19,9 +19,9 @@ def run(tmp: Path, *argv: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("argv,said", [
-    (["tools.launch_floor", "--R", "0"], "unrecognized arguments: --R 0"),
+    (["tools.measure_launch_floor", "--R", "0"], "unrecognized arguments: --R 0"),
     (["tools.gather_bench", "extra"], "unrecognized arguments: extra"),
-    (["tools.suite_check", "--geometry", "bogus"], "invalid choice: 'bogus'"),
+    (["tools.onela_correctness", "--geometry", "bogus"], "invalid choice: 'bogus'"),
     (["tools.hf_generate", "--systems", "vllm"], "invalid choice: 'vllm'"),
     (["baselines.pack", "--wheels", "nowhere"], "--wheels nowhere: no such folder"),
     (["baselines.ship_parts", "split", "--part-mib", "0"], "need 0 < --part-mib <= --call-mib"),
@@ -37,7 +37,8 @@ def test_bad_usage_exits_2_naming_the_argument(tmp_path, argv, said):
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a CPU host gives")
-@pytest.mark.parametrize("tool", ["tools.launch_floor", "tools.gather_bench", "tools.suite_check", "tools.hf_generate"])
+@pytest.mark.parametrize("tool", ["tools.measure_launch_floor", "tools.gather_bench", "tools.onela_correctness",
+                                  "tools.hf_generate"])
 def test_gpu_tools_say_they_need_a_gpu_and_exit_2(tmp_path, tool):
     p = run(tmp_path, tool)
     assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr, p.stderr[-400:]

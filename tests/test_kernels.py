@@ -13,11 +13,12 @@ import torch
 
 from artifact.measure import DEFAULT_TOLERANCE, check_and_time, max_abs_err
 from artifact.paths import get_path
-from artifact.reference import fullstate_decode, replay_decode
+from artifact.reference import fullstate_decode
 from artifact.workload import GEOMETRIES, LINEAGES, Geometry, make_workload
 from artifact.reference import TorchFullStateStepper
 from kernels.fullstate import ControlledFullStatePaperStepper, ControlledFullStateStepper
 from kernels.onela import OneLA, OneLAStepper, launch_config, onela_naive, step_launches
+from oracles import replay_decode
 
 SMALL = [  # (geometry, R, W, T): W not a power of two, T = 1, HV = 4 HK, K != V
     (Geometry(2, 4, 16, 16), 2, 5, 3),
@@ -522,8 +523,8 @@ def test_gpu_ws_kernel_reads_the_models_conv_split():
     assert max_abs_err(outs[1], ref) <= DEFAULT_TOLERANCE
 
 
-def test_inspect_compiles_hopper_kernels_without_a_gpu():
-    """`tools.inspect` compiles the launch's kernels for sm_90a on this host (ptxas ships with Triton) and reports
+def test_compile_report_compiles_hopper_kernels_without_a_gpu():
+    """`tools.compile_report` compiles the launch's kernels for sm_90a on this host (ptxas ships with Triton) and reports
     registers / spills per step; at K = 256 the Triton main kernel (the fallback there, with ws off) issues each
     K-chunk's q, k and S loads (16 128-bit loads per thread) before the chunk's first fp32 -> bf16 convert (the
     other order serialises them: kernels/NOTES.md, "Triton kernels")."""
@@ -531,14 +532,14 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
     import subprocess
     import sys
 
-    from tools.inspect import _nvidia_tool
+    from tools.compile_report import _nvidia_tool
     for tool in ("ptxas", "cuobjdump"):
         if not os.access(_nvidia_tool(tool), os.X_OK):
             pytest.skip(f"Triton's {tool} not found at {_nvidia_tool(tool)} (a wheel without its NVIDIA binaries)")
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
 
     def inspect(*args):
-        res = subprocess.run([sys.executable, "-m", "tools.inspect", *args], env=env, capture_output=True,
+        res = subprocess.run([sys.executable, "-m", "tools.compile_report", *args], env=env, capture_output=True,
                              text=True, timeout=600)
         assert res.returncode == 0, res.stderr[-2000:]
         return res.stdout.splitlines()
@@ -584,9 +585,9 @@ def test_inspect_compiles_hopper_kernels_without_a_gpu():
             assert all(op in order for op in ("UTMALDG", "LDGSTS", "HGMMA", "UTMASTG")), order
 
 
-def test_inspect_refuses_impossible_values_before_compiling(capsys):
-    """`tools.inspect` names a bad value and exits 2 (it used to print a report for R = 0 or a step past O)."""
-    from tools.inspect import main
+def test_compile_report_refuses_impossible_values_before_compiling(capsys):
+    """`tools.compile_report` names a bad value and exits 2 (it used to print a report for R = 0 or a step past O)."""
+    from tools.compile_report import main
     for argv, message in ((["--R", "0"], "--R must be >= 1, got 0"),
                           (["--O", "3", "--steps", "5"], "--steps [5] out of range 0..1"),
                           (["--config", '{"ws_ring": 4}'], "unknown launch config key(s) ['ws_ring']")):

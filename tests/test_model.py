@@ -16,17 +16,18 @@ import torch
 from artifact.measure import DEFAULT_TOLERANCE
 from artifact.model.attention import prompt_attention, select_prompt_attention, shared_prefix_attention
 from artifact.model.beam import BeamResult, first_beams, select_beams
-from artifact.model.check import poison, stepper_max_abs_err
+from artifact.model.stepper_gate import poison, stepper_max_abs_err
 from artifact.model.config import QWEN3_5_0_8B, TINY, ModelConfig, hybrid_pattern
 from artifact.model.decode import BeamDecoder
-from artifact.model.gdn_chunk import chunk_gated_delta, recurrent_gated_delta
+from artifact.model.gdn_chunk import chunk_gated_delta
 from artifact.model.network import HybridModel
-from artifact.model.prefill import prefill, random_prompts, sequence_logits
+from artifact.model.prefill import prefill, random_prompts
 from artifact.model.safetensors_io import load_file, save_file
 from artifact.model.weights import load_hf_checkpoint, random_weights, save_hf_checkpoint
 from artifact.reference import TorchFullStateStepper
 from artifact.results import COLUMNS
 from artifact.workload import prefill_state
+from oracles import recurrent_gated_delta, sequence_logits, sequences
 
 R, W, T, L = 2, 6, 4, 11
 
@@ -103,7 +104,7 @@ def test_decode_matches_the_no_cache_oracle(fp32, path):
     prompt = random_prompts(R, L, TINY.vocab_size, seed=3)
     _, res = decode(m, ps, path)
     for t in range(T):
-        prefix = BeamResult(res.tokens[: t + 1], res.parents[: t + 1], res.scores, res.hidden).sequences()
+        prefix = sequences(BeamResult(res.tokens[: t + 1], res.parents[: t + 1], res.scores, res.hidden))
         full = torch.cat([prompt[:, None, :].expand(R, W, L), prefix], dim=2).reshape(R * W, -1)
         oracle = sequence_logits(m, full)[:, -1].reshape(R, W, -1)
         assert (m.logits(res.hidden[t]).float() - oracle).abs().max() < 2e-5, t
@@ -633,7 +634,7 @@ def test_gpu_decode_matches_the_no_cache_oracle_fp32():
     for path in ("reference_fullstate", "reference_replay"):
         _, res = decode(m, ps, path)
         for t in range(T):
-            prefix = BeamResult(res.tokens[: t + 1], res.parents[: t + 1], res.scores, res.hidden).sequences()
+            prefix = sequences(BeamResult(res.tokens[: t + 1], res.parents[: t + 1], res.scores, res.hidden))
             full = torch.cat([prompt[:, None, :].expand(R, W, L), prefix], dim=2).reshape(R * W, -1)
             oracle = sequence_logits(m, full)[:, -1].reshape(R, W, -1)
             assert (m.logits(res.hidden[t]).float() - oracle).abs().max() < 1e-4, (path, t)

@@ -1,6 +1,6 @@
 """Our Qwen3.5 model against transformers' `Qwen3_5ForCausalLM`: same checkpoint, same logits, same beams.
 
-The stepper gate (`artifact.model.check`) compares each GDN stepper with FP32 FullState on the stepper's own
+The stepper gate (`artifact.model.stepper_gate`) compares each GDN stepper with FP32 FullState on the stepper's own
 inputs, so it cannot see a mistake in the model around the steppers (a norm, the rotary layout, a gate, the conv
 window, the shared-prompt attention). Here an independent implementation can: a small random Qwen3.5 checkpoint
 written by `save_hf_checkpoint` (Qwen3.5's released layout) is loaded by transformers and by us, and
@@ -46,8 +46,9 @@ from artifact.model.config import QWEN3_5_0_8B, ModelConfig, hybrid_pattern  # n
 from artifact.model.decode import BeamDecoder  # noqa: E402
 from artifact.model.layers import apply_rotary, causal_conv_prefill, rms_norm, rotary_cos_sin  # noqa: E402
 from artifact.model.network import HybridModel  # noqa: E402
-from artifact.model.prefill import prefill, random_prompts, sequence_logits  # noqa: E402
+from artifact.model.prefill import prefill, random_prompts  # noqa: E402
 from artifact.model.weights import random_weights, save_hf_checkpoint  # noqa: E402
+from oracles import sequence_logits, sequences  # noqa: E402
 
 # One period of the real layer pattern (3 GDN + 1 gated attention); GQA in both mixers (HV = 2 HK with two key
 # heads, 4 q / 2 kv heads); K = V = 16 so the Triton steppers run under the interpreter (which costs about a
@@ -244,10 +245,10 @@ def test_beam_search_matches_transformers_generate(pair, hf_beams, path):
     d = BeamDecoder(ours, path, R, W, T, L)
     d.load_prompt(prefill(ours, prompt.to(ours.device)))
     res = d.run()
-    assert torch.equal(res.sequences().cpu(), want_seq), path
+    assert torch.equal(sequences(res).cpu(), want_seq), path
     scale = 0.0
     for t in range(T):
-        prefix = BeamResult(res.tokens[: t + 1], res.parents[: t + 1], res.scores, res.hidden).sequences().cpu()
+        prefix = sequences(BeamResult(res.tokens[: t + 1], res.parents[: t + 1], res.scores, res.hidden)).cpu()
         seqs = torch.cat([prompt[:, None].expand(R, W, L), prefix], dim=2).reshape(R * W, -1)
         ref = _hf_last_logits(hf, seqs).reshape(R, W, -1)
         assert _rel(ours.logits(res.hidden[t]), ref) < TOL[path], (path, t)

@@ -21,7 +21,7 @@ from plots import __main__ as plots_main
 from plots import (fig6_full_model, fig7_generality, fig8_sources, fig_beam_scaling, fig_breakdown, fig_floor_geometry,
                    paper, report)
 from plots.data import load_results, paired_ratio, read_csv
-from plots.ours import MODE_KEYS, index_measures, measures, not_in_paper
+from plots.reproduced import MODE_KEYS, index_measures, measures, not_in_paper
 from plots.style import INDEX_MODE, PAPER_MODE, colour, display_name, hatch, setup
 
 QWEN = (16, 16, 128, 128)

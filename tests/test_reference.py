@@ -3,8 +3,9 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from artifact.reference import fullstate_decode, replay_decode
+from artifact.reference import fullstate_decode
 from artifact.workload import GEOMETRIES, LINEAGES, Geometry, make_workload
+from oracles import replay_decode
 
 
 @pytest.mark.parametrize("lineage", LINEAGES)
@@ -67,7 +68,7 @@ def test_prefill_fullstate_reference_and_model_recurrence_take_one_gdn_step():
     """The workload's prefill, the FullState reference's update and the model's token-by-token GDN are one step
     (artifact.gdn.gdn_step): over the same tokens from the same state they reach bit-identical fp32 states, and
     the TRT-LLM adapter's layout probe decodes one token as the reference does."""
-    from artifact.model.gdn_chunk import recurrent_gated_delta
+    from oracles import recurrent_gated_delta
     from artifact.reference import fullstate_update
     from artifact.workload import prefill_state
     from baselines.trtllm_fullstate import _one_step

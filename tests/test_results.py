@@ -101,7 +101,7 @@ def test_verify_fails_what_it_cannot_verify_and_checks_every_file(tmp_path, caps
 def test_env_record_carries_the_digest_and_the_command_checks_it(tmp_path, capsys, monkeypatch):
     """This repository's own env record has the digest of the tree on disk, and `verify` passes it on a clean
     checkout (CI's clone); a checkout with local edits may legitimately mismatch."""
-    from artifact.results import write_env
+    from artifact.env_record import write_env
     monkeypatch.delenv("ONELA_GIT_COMMIT", raising=False)
     rec = write_env(tmp_path / "env.json")
     assert rec["source_sha256"] == source_digest()

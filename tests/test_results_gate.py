@@ -10,7 +10,7 @@ from artifact.measure import run_tolerance
 from artifact.results import read_table
 from plots import paper
 from plots.data import PRIMARY_GATE, load_results, own_gates, paired_ratio
-from plots.ours import measures
+from plots.reproduced import measures
 
 RESULTS = Path(__file__).resolve().parent.parent / "results"
 TABLES = sorted(p for p in RESULTS.glob("*.csv") if p.read_text().startswith("suite,"))   # the results schema

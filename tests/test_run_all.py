@@ -185,3 +185,51 @@ def test_xdist_workers_spread_over_the_gpus(tmp_path, monkeypatch):
     out = run_all("test", ONELA_DRY_RUN="gpu", ONELA_DRY_GPUS="4", ONELA_OFFLINE="1",
                   ONELA_BASELINE_PACK=str(tmp_path / "none"))
     assert "pytest tests -n 4" in out
+
+
+def test_test_plan_runs_the_linters_before_the_tests():
+    out = run_all("test", ONELA_DRY_RUN="1")
+    assert "-m vulture; " in out and "lint_imports_command" in out and "-m pytest tests" in out
+
+
+def _tree(tmp_path: Path) -> Path:
+    """A copy of the packages, the tests and the linters' configuration, to plant code in."""
+    import shutil
+    root = tmp_path / "tree"
+    for d in ("artifact", "kernels", "baselines", "sweeps", "plots", "tools", "tests"):
+        shutil.copytree(REPO / d, root / d, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for f in ("pyproject.toml", "vulture_whitelist.py"):
+        shutil.copy(REPO / f, root / f)
+    return root
+
+
+def _lint(root: Path, *cmd: str) -> subprocess.CompletedProcess:
+    path = os.pathsep.join([str(root), *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                                         if p and Path(p).resolve() != REPO]])
+    return subprocess.run([sys.executable, *cmd], cwd=root, env={**os.environ, "PYTHONPATH": path},
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_vulture_fails_on_a_dead_function_and_passes_without(tmp_path):
+    pytest.importorskip("vulture")
+    root = _tree(tmp_path)
+    assert _lint(root, "-m", "vulture").returncode == 0
+    (root / "artifact" / "planted.py").write_text("def planted_dead_function():\n    return 1\n")
+    r = _lint(root, "-m", "vulture")
+    assert r.returncode != 0 and "unused function 'planted_dead_function'" in r.stdout, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("where,planted", [("plots/planted.py", "import torch\n"),
+                                           ("artifact/planted.py", "def f():\n    import sweeps.run\n"),
+                                           ("plots/planted.py", "import artifact.paths\n")])
+def test_import_linter_fails_on_a_forbidden_import_and_passes_without(tmp_path, where, planted):
+    """artifact imports none of the other packages, plots no torch: directly, inside a function, or through a
+    module of the core that imports torch."""
+    pytest.importorskip("importlinter")
+    cmd = ("-c", "import sys; from importlinter.cli import lint_imports_command; sys.exit(lint_imports_command())")
+    root = _tree(tmp_path)
+    ok = _lint(root, *cmd)
+    assert ok.returncode == 0 and "0 broken" in ok.stdout, ok.stdout + ok.stderr
+    (root / where).write_text(planted)
+    r = _lint(root, *cmd)
+    assert r.returncode != 0 and "1 broken" in r.stdout, r.stdout + r.stderr

@@ -14,12 +14,12 @@ import pytest
 from hydra import compose, initialize_config_module
 
 import sweeps.schema  # noqa: F401 - registers the structured configs
-from artifact.results import (COLUMNS, ResultsFileError, TableBusy, append_row, is_results_header, read_rows,
-                              read_table, repair_table, table_lock, write_rows)
+from artifact.results import (COLUMNS, ResultsFileError, TableBusy, append_row, differing_columns, fold_rerun,
+                              is_results_header, merge_shards, new_run_id, read_rows, read_side_table, read_table,
+                              read_wall, repair_table, table_lock, write_rows)
 from plots import __main__ as plots_main
 from plots.data import load_results
 from sweeps.run import EXIT_BUSY, EXIT_FAILED, EXIT_OK, run_sweep
-from sweeps.tables import fold_rerun, merge_shards
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -263,3 +263,43 @@ def test_shards_appending_to_one_side_table_never_interleave(tmp_path):
         lines = list(csv.reader(f))
     assert lines[0] == ["shard", "n", "pad"] and lines.count(["shard", "n", "pad"]) == 1
     assert sorted((int(s), int(n)) for s, n, _ in lines[1:]) == [(i, j) for i in range(6) for j in range(50)]
+
+
+def test_run_ids_sort_by_start_and_name_their_shard():
+    a, b = new_run_id("smoke"), new_run_id("smoke", (1, 4))
+    assert re.fullmatch(r"smoke-\d{8}T\d{6}Z-[0-9a-f]{6}", a), a
+    assert re.fullmatch(r"smoke-\d{8}T\d{6}Z-s1of4-[0-9a-f]{6}", b), b
+    assert a != new_run_id("smoke")
+    with pytest.raises(ValueError, match="suite 'Smoke run'"):
+        new_run_id("Smoke run")
+
+
+def test_one_diff_says_where_two_rows_of_a_cell_differ():
+    a = row("a")
+    assert differing_columns(a, a | {"run_id": "smoke-b"}) == []           # provenance aside
+    assert differing_columns(a, a | {"status": "failed", "reason": "x"}) == ["status", "reason"]
+
+
+def test_side_tables_refuse_a_mangled_line_and_leave_out_a_torn_one(tmp_path):
+    from artifact.results import append_csv
+    path = tmp_path / "smoke_steps.csv"
+    assert read_side_table(path).rows == [] and read_side_table(path).columns == []
+    append_csv(path, ["config_hash", "step_ms"], [{"config_hash": _hash("a"), "step_ms": 1.5}])
+    with open(path, "a") as f:
+        f.write(f"{_hash('b')},2")                                         # a killed writer's torn line
+    t = read_side_table(path)
+    assert t.rows == [{"config_hash": _hash("a"), "step_ms": "1.5"}] and t.torn == f"{_hash('b')},2"
+    with open(path, "a") as f:
+        f.write("\n1,2,3\n")
+    with pytest.raises(ResultsFileError, match=r"smoke_steps.csv line 4: 3 fields, expected 2"):
+        read_side_table(path)
+
+
+def test_wall_records_read_in_one_place(tmp_path):
+    (tmp_path / "env").mkdir()
+    assert read_wall(tmp_path, "smoke-a") is None
+    (tmp_path / "env" / "smoke-a.wall.json").write_text('{"wall_s": 12.5, "cells": 3}')
+    assert read_wall(tmp_path, "smoke-a")["wall_s"] == 12.5
+    (tmp_path / "env" / "smoke-b.wall.json").write_text('{"cells": 3}')
+    with pytest.raises(ResultsFileError, match=r"smoke-b.wall.json: unreadable wall record \(KeyError\)"):
+        read_wall(tmp_path, "smoke-b")

@@ -19,7 +19,6 @@ from omegaconf import OmegaConf
 
 import sweeps.schema  # noqa: F401 - registers the structured configs
 from artifact.paths import PATHS, DecodePath
-from artifact.results import COLUMNS
 from artifact.workload import GEOMETRIES
 import sweeps.run as sweep_run
 from artifact.reference import fullstate_decode
@@ -27,7 +26,7 @@ from sweeps import runners
 from sweeps.run import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, KILL_AFTER_ENV, run_sweep
 from sweeps.spec import ConfigError, shape_cells, shard_cells, validate
 from sweeps.suites import operator as operator_runner
-from sweeps.tables import ResultsFileError, fold_rerun, merge_shards, read_rows, write_rows
+from artifact.results import COLUMNS, ResultsFileError, fold_rerun, merge_shards, read_rows, write_rows
 
 REPO = Path(__file__).resolve().parents[1]
 SUITES = ("operator", "recurrent_path", "traffic", "full_model", "smoke", "beam_scaling")
@@ -207,6 +206,8 @@ def test_killed_sweep_resumes_without_loss_or_duplicates(tmp_path):
     assert rows[:3] == first                                               # finished rows untouched
     with open(out, newline="") as f:
         assert sum(1 for _ in csv.reader(f)) == 1 + len(expected)         # no torn fragment left
+    kept = (tmp_path / "results" / "smoke.csv.refused").read_text()         # the fragment is kept aside
+    assert kept.startswith("# line 5: torn last line (no line end)\n") and kept.endswith(",32,be\n")
 
 
 def test_joblib_shards_merge_into_the_same_cells_as_one_run(tmp_path):
@@ -650,7 +651,7 @@ def test_gpu_recurrent_path_cells_are_timed_with_floors(tmp_path):
 def test_committed_side_rows_belong_to_their_cells_runs():
     """Every row of a committed side table (beam_scaling_steps.csv, beam_scaling_width.csv)
     has its cell's row in the suite's table, from the same run: a side row left behind by a superseded run fails."""
-    from sweeps.tables import _side_tables
+    from artifact.results import read_side_table, side_tables
     results = REPO / "results"
     checked = 0
     for suite in ("beam_scaling", "full_model", "operator", "recurrent_path", "traffic"):
@@ -658,12 +659,11 @@ def test_committed_side_rows_belong_to_their_cells_runs():
             continue
         with open(results / f"{suite}.csv", newline="") as f:
             run_of = {r["config_hash"]: r["run_id"] for r in csv.DictReader(f)}
-        for side in _side_tables(results, suite):
-            with open(side, newline="") as f:
-                for line, r in enumerate(csv.DictReader(f), start=2):
-                    assert run_of.get(r["config_hash"]) == r["run_id"], \
-                        f"{side.name}:{line}: run {r['run_id']}, its cell's row: {run_of.get(r['config_hash'])}"
-                    checked += 1
+        for side in side_tables(results, suite):
+            for line, r in enumerate(read_side_table(side).rows, start=2):
+                assert run_of.get(r["config_hash"]) == r["run_id"], \
+                    f"{side.name}:{line}: run {r['run_id']}, its cell's row: {run_of.get(r['config_hash'])}"
+                checked += 1
     assert checked >= 100
 
 

@@ -322,7 +322,8 @@ def test_state_products_match_torch_flop_counter_on_the_references(name):
     from torch.utils.flop_counter import FlopCounterMode
 
     from artifact.paths import get_path
-    from artifact.reference import fullstate_decode, replay_decode
+    from artifact.reference import fullstate_decode
+    from oracles import replay_decode
     from artifact.workload import make_workload
     geo = Geometry(hk=2, hv=4, k=8, v=16)
     wl = make_workload(geo, 2, 3, 3, prompt_len=4)

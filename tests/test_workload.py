@@ -4,8 +4,8 @@ import torch
 
 from artifact.ancestry import AncestryIndex, advance, build
 from artifact.gtr import GtrStore
-from artifact.reference import replay_decode
 from artifact.workload import GEOMETRIES, Geometry, Workload, make_workload
+from oracles import replay_decode
 
 
 def test_shapes_and_dtypes():

@@ -1,12 +1,15 @@
 """Measurement tools beside the kernels and the sweeps, each `python -m tools.<name>` (its module docstring
 says what it measures); their logs are under results/experiments/kernels/.
 
-bench          the timed kernel table of onela and controlled_fullstate on one geometry (GPU)
-inspect        a compile report of the OneLA kernels for sm_90a: registers, spills, shared memory (any host)
-launch_floor   what one launch per step costs when it only streams the step's bytes, and the L2 flush's share (GPU)
-gather_bench   how fast a kernel that only gathers the ancestral 256 B records runs (GPU)
-suite_check    the onela path's correctness over the operator suite's shapes, untimed (GPU)
-hf_generate    stock transformers beam search against it with OneLA inside, at the Fig 6 cells (GPU)
+bench                the timed kernel table of onela and controlled_fullstate on one geometry (GPU)
+compile_report       a compile report of the OneLA kernels for sm_90a: registers, spills, shared memory (any host)
+measure_launch_floor what one launch per step costs when it only streams the step's bytes, and the L2 flush's
+                     share (GPU); artifact.launch_floor is the floor the sweeps record
+gather_bench         how fast a kernel that only gathers the ancestral 256 B records runs (GPU)
+onela_correctness    the onela path's correctness over the operator suite's shapes, untimed (GPU)
+decode_breakdown     one decode call of the Fig 6 model per component, measured vs floor (GPU; --cpu: plumbing)
+hf_generate          stock transformers beam search against it with OneLA inside, at the Fig 6 cells (GPU)
+step_profile         per-kernel times of every step of one OneLA decode (GPU)
 """
 
 import argparse

@@ -16,7 +16,6 @@ import json
 import os
 import sys
 import types
-import uuid
 from pathlib import Path
 
 import torch
@@ -24,7 +23,8 @@ import torch
 from artifact.measure import DEFAULT_TOLERANCE, free_device_memory, measure_ceilings
 from artifact.paths import PATHS
 from artifact.reference import fullstate_decode
-from artifact.results import append_row, config_hash, git_commit, write_env
+from artifact.env_record import write_env
+from artifact.results import append_row, config_hash, git_commit, new_run_id
 from artifact.workload import GEOMETRIES, make_workload
 from kernels.onela import CONFIG_KEYS, OneLAPath, OneLAStepper
 from sweeps.suites.operator import run_cell
@@ -79,7 +79,7 @@ def main(argv=None) -> int:
         return 2
     out = Path(args.out)
     ceilings = measure_ceilings()
-    run_id = f"{SUITE}_{uuid.uuid4().hex[:6]}"
+    run_id = new_run_id(SUITE)
     commit = git_commit()
     env = write_env(out / "env" / f"{run_id}.json", {"run_id": run_id, "suite": SUITE, "ceilings": ceilings,
                                                      "command": " ".join(sys.argv)})

@@ -7,7 +7,7 @@ the Qwen3.5-0.8B geometry with seeded random weights -- a Fig 6 cell, measured a
 it (artifact.model.cell: the same model and seeded prompts, torch.compile'd blocks, one CUDA graph per decode
 call, captured on the decoy prompt):
 1. gate: one graph-replayed search on the real prompt with poisoned stepper outputs, every GDN layer's outputs
-   against FP32 FullState (artifact.model.check) at `--tolerance`, recorded as max_abs_err; a cell that fails
+   against FP32 FullState (artifact.model.stepper_gate) at `--tolerance`, recorded as max_abs_err; a cell that fails
    it is recorded as failed (its error in the env record) and neither timed nor broken down;
 2. the "total" row: the search timed as Fig 6 times it (artifact.model.graphs.time_decode: CUDA events around
    each call's graph replay, median of `--repeats` searches), per decode call;
@@ -28,14 +28,12 @@ from __future__ import annotations
 
 import argparse
 import csv
-import datetime
 import json
 import math
 import os
 import sys
 import time
 import traceback
-import uuid
 from pathlib import Path
 
 import torch
@@ -44,7 +42,6 @@ CSV_NAME = "full_model_breakdown.csv"
 COLUMNS = ["run_id", "git_commit", "path", "model", "R", "W", "T", "O", "prompt_len", "component", "measured_ms",
            "floor_ms", "bound", "bytes", "flops", "ops", "method", "max_abs_err", "timer"]
 TOTAL, SPAN = "total", "span"
-GPU_COMMAND = "python -m tools.decode_breakdown --out DIR"
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -74,11 +71,6 @@ def parse_args(argv=None) -> argparse.Namespace:
     if args.tolerance is not None and not 0 < args.tolerance < float("inf"):
         ap.error(f"--tolerance must be a positive finite number, got {args.tolerance}")
     return args
-
-
-def _run_id() -> str:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    return f"full_model_breakdown-{stamp}-{uuid.uuid4().hex[:6]}"
 
 
 def _write_table(path: Path, table: list[dict]) -> None:
@@ -198,8 +190,9 @@ def _print_cell(rows: list[dict]) -> None:
 def main(argv=None) -> int:
     args = parse_args(argv)
     from artifact.measure import free_device_memory, measure_ceilings
+    from artifact.env_record import write_env
     from artifact.model.cell import FullModelInputs
-    from artifact.results import append_csv, git_commit, write_env
+    from artifact.results import append_csv, git_commit, new_run_id
     from sweeps.suites.full_model import private_inductor_cache
     on_gpu = not args.cpu
     if not on_gpu:          # Triton decides at import whether to interpret: before any kernels module loads
@@ -212,7 +205,7 @@ def main(argv=None) -> int:
     t_start = time.perf_counter()
     ceilings = json.loads(args.ceilings) if args.ceilings else (measure_ceilings() if on_gpu else None)
     out = Path(args.out)
-    run_id, commit = _run_id(), git_commit()
+    run_id, commit = new_run_id("full_model_breakdown"), git_commit()
     env_path = out / "env" / f"{run_id}.json"
     extra = {"run_id": run_id, "suite": "full_model_breakdown", "device": str(device), "ceilings": ceilings,
              "argv": [sys.argv[0], *(argv if argv is not None else sys.argv[1:])], "args": vars(args),

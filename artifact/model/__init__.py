@@ -4,10 +4,10 @@ GDN recurrent state delegated to a registered path's Stepper.
 
 config      ModelConfig, QWEN3_5_0_8B, TINY          weights     random init, HF-layout load / save
 network     HybridModel (device weights, fused)      layers      norms, rotary, SwiGLU, conv, gates
-gdn_chunk   chunked + token-by-token GDN             prefill     PromptState (S_ctx, conv tail, prompt KV, tail)
+gdn_chunk   chunked GDN over a prompt                prefill     PromptState (S_ctx, conv tail, prompt KV, tail)
 attention   shared-prompt decode attention           beam_state  conv windows / decode KV: ancestry or copies
 beam        top-W selection, BeamResult              decode      BeamDecoder (one path's pipeline)
-blocks      the non-recurrent ops (eager / compiled) check       GDN outputs vs FP32 FullState
+blocks      the non-recurrent ops (eager / compiled) stepper_gate  GDN outputs vs FP32 FullState
 graphs      CUDA-graph capture and GPU timing        cell        one Fig 6 cell: model, prompts, gated decode
 safetensors_io  minimal safetensors reader / writer
 cost        the decode's floor, per component         regions     profiler ranges of a call's parts -> components

@@ -54,13 +54,3 @@ class BeamResult:
     @property
     def T(self) -> int:
         return self.tokens.shape[0] - 1
-
-    def sequences(self) -> torch.Tensor:
-        """Each final beam's O tokens [R, W, O], traced back through the parents."""
-        O, R, W = self.tokens.shape
-        seq = torch.empty(R, W, O, dtype=self.tokens.dtype, device=self.tokens.device)
-        idx = torch.arange(W, device=self.tokens.device).expand(R, W)
-        for t in range(O - 1, -1, -1):
-            seq[:, :, t] = torch.gather(self.tokens[t], 1, idx)
-            idx = torch.gather(self.parents[t].long(), 1, idx)
-        return seq

@@ -7,7 +7,7 @@ measurement the `full_model` suite records (sweeps.suites.full_model) and the de
 - `gated_decode`: build the path's BeamDecoder; where it runs on CUDA graphs, capture its T per-call graphs while
   a decoy prompt (other seeded tokens, the same shapes) is loaded; then load the real prompt, poison every
   stepper output and the hidden states, replay one whole beam search and compare every GDN layer's outputs with
-  FP32 FullState (artifact.model.check). Capturing on the decoy is the full model's form of the operator gate's
+  FP32 FullState (artifact.model.stepper_gate). Capturing on the decoy is the full model's form of the operator gate's
   rule (artifact.measure: capture on scrambled inputs, copy the real ones in): a graph that holds a value of the
   prompt it was captured on, instead of reading the decoder's buffers, replays the decoy's state and fails the
   gate; captured on the real prompt, it would pass.
@@ -23,7 +23,7 @@ import torch
 
 from artifact.measure import free_device_memory
 from artifact.model.beam import BeamResult
-from artifact.model.check import poison, stepper_max_abs_err
+from artifact.model.stepper_gate import poison, stepper_max_abs_err
 from artifact.model.decode import BeamDecoder
 from artifact.model.graphs import capture, time_decode
 from artifact.model.network import HybridModel, get_dtype

@@ -17,7 +17,7 @@ Each GDN layer keeps one slot per step of its stepper's inputs and output (`gdn_
 and beta as the conv returned them (in a graph-replayed decode the graph's own output tensors, rewritten by each
 replay) and o, a static [T, ...] buffer the stepper writes. The forward writes these values once either way;
 keeping one slot per step means a finished decode -- graph-replayed or eager -- still holds every stepper's
-inputs and outputs, which `artifact.model.check` compares against the FP32 FullState reference and the
+inputs and outputs, which `artifact.model.stepper_gate` compares against the FP32 FullState reference and the
 recurrent-share timer replays through the steppers alone.
 """
 from __future__ import annotations

@@ -1,9 +1,9 @@
-"""Gated DeltaNet over a whole prompt: the chunked (matrix) form used by prefill, and the token-by-token form
-it is tested against.
+"""Gated DeltaNet over a whole prompt in the chunked (matrix) form prefill uses (tests/oracles.py holds the
+token-by-token form it is tested against).
 
-Both take raw q, k [B, L, HK, K] (L2-normalised inside, q also scaled by K^-1/2, like the frameworks'
+It takes raw q, k [B, L, HK, K] (L2-normalised inside, q also scaled by K^-1/2, like the frameworks'
 use_qk_l2norm_in_kernel=True), v [B, L, HV, V], g, beta [B, L, HV], an optional initial state [B, HV, V, K]
-(our layout: o = S q), and return o [B, L, HV, V] fp32 and the final state [B, HV, V, K] fp32.
+(our layout: o = S q), and returns o [B, L, HV, V] fp32 and the final state [B, HV, V, K] fp32.
 
 Chunked form (the WY / UT-transform derivation of the GDN paper, as in FLA's chunk kernels): within a chunk with
 cumulative log-decay c_i = sum_{j<=i} g_j, the deltas solve (I + A) delta = beta v - (beta e^c k) S0^T with
@@ -36,21 +36,8 @@ def _check(q, k, v, g, beta, initial_state):
         raise ValueError(f"gdn: initial_state has shape {tuple(initial_state.shape)}, expected {(B, hv, V, K)}")
 
 
-def recurrent_gated_delta(q, k, v, g, beta, initial_state=None, dtype=torch.float32):
-    """Token-by-token GDN (artifact.gdn.gdn_step, the definition); the oracle of `chunk_gated_delta`."""
-    _check(q, k, v, g, beta, initial_state)
-    qh, kh, v, g, beta = _prep(q, k, v, g, beta, dtype)
-    B, L, hv, V = v.shape
-    S = torch.zeros(B, hv, V, kh.shape[-1], dtype=dtype, device=v.device) if initial_state is None \
-        else initial_state.to(dtype).clone()
-    o = torch.empty(B, L, hv, V, dtype=dtype, device=v.device)
-    for i in range(L):
-        S, o[:, i] = gdn_step(S, torch.exp(g[:, i]), beta[:, i], kh[:, i], v[:, i], qh[:, i])
-    return o, S
-
-
 def chunk_gated_delta(q, k, v, g, beta, initial_state=None, chunk: int = 64, dtype=torch.float32):
-    """Chunked GDN over the sequence (matrix form, sequential only across chunks); same result as the recurrence."""
+    """Chunked GDN over the sequence (matrix form, sequential only across chunks); the recurrence's result."""
     _check(q, k, v, g, beta, initial_state)
     if chunk < 1:
         raise ValueError(f"gdn: chunk must be >= 1, got {chunk}")

@@ -115,11 +115,3 @@ def prefill(model: HybridModel, tokens: torch.Tensor, replay_block: int | None =
     hidden = _forward(model, tokens, ps, chunk)
     ps.logits_last = model.logits(hidden[:, -1]).float()
     return ps
-
-
-@torch.no_grad()
-def sequence_logits(model: HybridModel, tokens: torch.Tensor) -> torch.Tensor:
-    """Logits [R, L, vocab] (fp32) at every position of whole sequences, with no cache: the decode's oracle."""
-    if tokens.dim() != 2 or tokens.shape[1] < 1:
-        raise ValueError(f"tokens must be [R, L] with L >= 1, got shape {tuple(tokens.shape)}")
-    return model.logits(_forward(model, tokens, PromptState(prompt_len=tokens.shape[1]), 64)).float()

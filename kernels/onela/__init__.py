@@ -16,7 +16,7 @@ from kernels.onela.stepper import OneLAPath, OneLAStepper
 from kernels.onela.triton_kernels import onela_main_kernel, onela_prep_deep_kernel, onela_prep_kernel
 from kernels.onela.ws import onela_ws_kernel, ws_layout_supports, ws_shape_supports
 
-# Kernel name in a launch plan -> its JIT function (what `tools.inspect` compiles).
+# Kernel name in a launch plan -> its JIT function (what `tools.compile_report` compiles).
 KERNELS = {"prep": onela_prep_kernel, "prep_deep": onela_prep_deep_kernel, "main": onela_main_kernel,
            "ws": onela_ws_kernel}
 

@@ -1,4 +1,4 @@
-"""Which kernels one OneLA decode step launches, with which tiles: one place for the stepper and `tools.inspect`.
+"""Which kernels one OneLA decode step launches, with which tiles: one place for the stepper and `tools.compile_report`.
 
 `launch_config` holds only adopted choices, each a function of the inputs (head sizes, beam width, grid size,
 GPU); `step_launches` turns it into step t's launches. Why each choice: kernels/NOTES.md ("Triton kernels",

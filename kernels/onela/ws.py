@@ -49,7 +49,7 @@ model's conv output), out contiguous (`ws_layout_supports`). S_ctx is read as it
 at reset (the stepper keeps the fp32 state for the Triton fallback) -- the projection the K = 128 Triton kernels
 use; at K = 256 they also take S's bf16 lo plane for u_q, which is faster there, not more accurate
 (kernels/NOTES.md, "Projection precision"). The interpreter does not run Gluon: its correctness tests are GPU
-tests; CI compiles it for sm_90a through `tools.inspect`. Why each choice: kernels/NOTES.md ("Warp-specialised
+tests; CI compiles it for sm_90a through `tools.compile_report`. Why each choice: kernels/NOTES.md ("Warp-specialised
 kernel").
 """
 from __future__ import annotations
@@ -568,7 +568,7 @@ def onela_ws_kernel(q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, ptrs,
 
 def ws_shape_supports(geo, W: int, device=None) -> str | None:
     """Why the warp-specialised kernel cannot run any step of this decode shape on `device` (None: it can, given
-    inputs `ws_layout_supports` accepts; device None: the shape alone, as `tools.inspect` compiles for sm_90a)."""
+    inputs `ws_layout_supports` accepts; device None: the shape alone, as `tools.compile_report` compiles for sm_90a)."""
     device = None if device is None else torch.device(device)
     if device is not None and (device.type != "cuda" or torch.cuda.get_device_capability(device)[0] != 9):
         return f"ws: needs a Hopper GPU (wgmma, TMA), not {device}"
@@ -667,7 +667,7 @@ def _ws_ring_entries(K: int, fuse: bool, tpc: int, kh_own: bool) -> int:
 
 def ws_launch_params(geo, R: int, W: int, t: int, fuse: bool, n_sm: int) -> tuple[tuple, dict, dict]:
     """(grid, constexpr arguments, launch options) of step t's warp-specialised kernel: one place for
-    `launch_ws` and `tools.inspect`. One program per SM (at most one per tile)."""
+    `launch_ws` and `tools.compile_report`. One program per SM (at most one per tile)."""
     pow2 = lambda x: 1 << (x - 1).bit_length()      # noqa: E731
     tpc = max(2, pow2(t + 1))
     kh_own = fuse and t <= _OWN_KHAT_MAX_STEP and geo.k == KC_TILE

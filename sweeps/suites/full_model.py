@@ -7,7 +7,7 @@ artifact.model.cell (shared with tools.decode_breakdown):
   1. prefill the R seeded prompts once per (prompt_len, seed), and a decoy prompt set of the same shapes;
   2. gated_decode: build the path's BeamDecoder, capture its T per-call CUDA graphs while the decoy prompt is
      loaded, load the real prompt, poison every stepper output, replay one whole beam search on the graphs and
-     gate every GDN layer's outputs against the FP32 FullState reference (artifact.model.check) at
+     gate every GDN layer's outputs against the FP32 FullState reference (artifact.model.stepper_gate) at
      ctx.tolerance -- a failing cell is recorded and never timed;
   3. time (artifact.model.graphs.time_decode, through artifact.timing.time_events): latency_ms = decode-forward
      GPU time summed over the T calls (CUDA events around each call's graph replay; beam selection excluded;
@@ -15,7 +15,7 @@ artifact.model.cell (shared with tools.decode_breakdown):
 On a GPU the non-recurrent ops are fused with torch.compile (artifact.model.blocks); if compiling fails on the
 first cell the run continues eager, and every row's `timer` names the pipeline and prompt-attention kernel.
 persistent_bytes / written_bytes are the steppers' recurrent state (all GDN layers). The figure's numbers
-(speedups, distances) are computed from the rows by plots.ours.
+(speedups, distances) are computed from the rows by plots.reproduced.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Compile OneLA's kernels for Hopper on any host, GPU or not: `python -m tools.inspect [options]`.
+"""Compile OneLA's kernels for Hopper on any host, GPU or not: `python -m tools.compile_report [options]`.
 
 Prints, per decode step and kernel, what Triton's compile for sm_90a allocates -- registers per thread, spilled
 bytes, shared memory (read from its cubin with the cuobjdump Triton ships) -- and with `--order` the main
@@ -136,7 +136,7 @@ def main(argv=None) -> int:
         ap.error(f"unknown launch config key(s) {unknown}; known: {', '.join(CONFIG_KEYS)}")
     if os.environ.get("TRITON_INTERPRET") == "1":   # the interpreter replaced the @triton.jit kernels: recompile
         env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}     # in a process without it
-        cmd = [sys.executable, "-m", "tools.inspect", *(sys.argv[1:] if argv is None else argv)]
+        cmd = [sys.executable, "-m", "tools.compile_report", *(sys.argv[1:] if argv is None else argv)]
         return subprocess.run(cmd, env=env).returncode
     geo = get_geometry(args.geometry)
     cfg = {**launch_config(geo.k, geo.v, args.W, args.R, geo.hv, G=geo.group), **args.config}

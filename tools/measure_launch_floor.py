@@ -1,5 +1,5 @@
 """What one launch per step costs when each launch only streams its step's bytes, and what the timer's L2 flush
-adds: `python -m tools.launch_floor` (a benchmark, GPU only; results/kernels/launch_floor_*.log).
+adds: `python -m tools.measure_launch_floor` (a benchmark, GPU only; results/kernels/launch_floor_*.log).
 
 The floor of `tools.bench` (artifact.measure.floor_ms, each row's `floor_ms` here) moves a decode's compulsory bytes
 as one stream at copy bandwidth. A decode step is one launch, and a launch does not stream from its first
@@ -27,7 +27,7 @@ import torch
 from artifact.launch_floor import ELEMENT_BYTES, StreamGraph, launch_floor_ms, plan_stream
 from artifact.measure import DEFAULT_TOLERANCE, floor_ms, max_abs_err, measure_ceilings, scramble_
 from artifact.reference import fullstate_decode
-from artifact.results import env_record
+from artifact.env_record import env_record
 from artifact.timing import capture_graph, record_each, time_events
 from artifact.workload import make_workload
 from kernels.onela import OneLAPath
@@ -55,10 +55,10 @@ def _median_ms(replay, clean: bool, bufs, n: int = 100) -> float:
 def main(argv=None) -> int:
     """Takes no arguments (`--help` prints the docstring); anything else is bad usage (exit 2). Exit 2 without
     a CUDA GPU as well, before any work."""
-    if not no_argument_gpu_tool("launch_floor", __doc__, "launch_floor.json", argv):
+    if not no_argument_gpu_tool("measure_launch_floor", __doc__, "launch_floor.json", argv):
         return 2
     ceilings = measure_ceilings()
-    out = {"env": env_record({"ceilings": ceilings, "command": "python -m tools.launch_floor"}), "rows": []}
+    out = {"env": env_record({"ceilings": ceilings, "command": "python -m tools.measure_launch_floor"}), "rows": []}
     bufs = tuple(torch.ones(_FLUSH, dtype=torch.int32, device="cuda") for _ in range(2))
     for R, O in ((4, 3), (4, 7), (16, 3), (16, 7)):
         wl = make_workload("qwen3_5_0_8b", R, 512, O - 1, lineage="beam", seed=0, device="cuda")

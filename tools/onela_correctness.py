@@ -1,5 +1,5 @@
 """Correctness of the `onela` path's default over the operator suite's shapes, no timing:
-`python -m tools.suite_check [--geometry G ...]`.
+`python -m tools.onela_correctness [--geometry G ...]`.
 
 The GPU check of a kernel change before its timed sweep: for each geometry (default: those the warp-specialised
 kernel takes, `ws_shape_supports`) x R {4, 8, 16} x W {128, 256, 512} x T {2..6} -- the suite's shapes -- it runs
@@ -31,7 +31,7 @@ def main(argv=None) -> int:
                     help=f"geometries of artifact.workload.GEOMETRIES (default: {' '.join(WS_GEOMETRIES)})")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("tools.suite_check needs a CUDA GPU", file=sys.stderr)
+        print("tools.onela_correctness needs a CUDA GPU", file=sys.stderr)
         return 2
     worst, n, failed, t0 = 0.0, 0, 0, time.time()
     for T, R, W, geo in itertools.product([6, 2, 3, 4, 5], [4, 8, 16], [128, 256, 512], args.geometry):

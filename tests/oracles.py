@@ -1,0 +1,53 @@
+"""Oracles only the tests use, built on the artifact's own pieces: the token-by-token GDN over a prompt (the
+definition, docs/design.md §1; chunk_gated_delta's oracle), a whole sequence's logits without a cache (the
+decode's oracle), each final beam's tokens traced back through its parents, and projection replay over a
+workload in plain torch (the records OneLA's kernel must write)."""
+from __future__ import annotations
+
+import torch
+
+from artifact.gdn import gdn_step
+from artifact.gtr import GtrStore
+from artifact.model.beam import BeamResult
+from artifact.model.gdn_chunk import _check, _prep
+from artifact.model.network import HybridModel
+from artifact.model.prefill import PromptState, _forward
+from artifact.reference import TorchReplayStepper, _decode
+from artifact.workload import Workload
+
+
+def recurrent_gated_delta(q, k, v, g, beta, initial_state=None, dtype=torch.float32):
+    """Token-by-token GDN over [B, L] sequences (artifact.gdn.gdn_step, the definition; chunk_gated_delta's
+    arguments and results)."""
+    _check(q, k, v, g, beta, initial_state)
+    qh, kh, v, g, beta = _prep(q, k, v, g, beta, dtype)
+    B, L, hv, V = v.shape
+    S = torch.zeros(B, hv, V, kh.shape[-1], dtype=dtype, device=v.device) if initial_state is None \
+        else initial_state.to(dtype).clone()
+    o = torch.empty(B, L, hv, V, dtype=dtype, device=v.device)
+    for i in range(L):
+        S, o[:, i] = gdn_step(S, torch.exp(g[:, i]), beta[:, i], kh[:, i], v[:, i], qh[:, i])
+    return o, S
+
+
+@torch.no_grad()
+def sequence_logits(model: HybridModel, tokens: torch.Tensor) -> torch.Tensor:
+    """Logits [R, L, vocab] (fp32) at every position of whole sequences [R, L], with no cache."""
+    return model.logits(_forward(model, tokens, PromptState(prompt_len=tokens.shape[1]), 64)).float()
+
+
+def sequences(result: BeamResult) -> torch.Tensor:
+    """Each final beam's O tokens [R, W, O], traced back through the parents."""
+    O, R, W = result.tokens.shape
+    seq = torch.empty(R, W, O, dtype=result.tokens.dtype, device=result.tokens.device)
+    idx = torch.arange(W, device=result.tokens.device).expand(R, W)
+    for t in range(O - 1, -1, -1):
+        seq[:, :, t] = torch.gather(result.tokens[t], 1, idx)
+        idx = torch.gather(result.parents[t].long(), 1, idx)
+    return seq
+
+
+def replay_decode(wl: Workload, dtype=torch.float64, store: GtrStore | None = None) -> torch.Tensor:
+    """Projection replay (paper §3.2) over GTRs kept in `store` (default: records in `dtype`) through the
+    ancestry index: o [T, R, W, HV, V] in `dtype`."""
+    return _decode(TorchReplayStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, dtype, store), wl, dtype)

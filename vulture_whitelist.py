@@ -1,0 +1,21 @@
+"""Names vulture (pyproject.toml, [tool.vulture]) cannot see used: each is reached by name at run time.
+Nothing else belongs here: a name no code reaches is deleted, not listed."""
+# ruff: noqa
+_ = object()
+
+# Path classes: artifact/registry.py names them as "module:Class" strings; artifact.paths.get_path imports them.
+_.ReferenceFullStatePath, _.ReferenceReplayPath, _.ControlledFullStatePaperPath
+_.SglangFullStatePaperPath, _.SglangReplaySSMPath, _.VllmFullStatePaperPath, _.VllmPrefixReplayPath
+
+# Hydra: the launcher configs' callback (sweeps/conf/launcher/*.yaml) and its hook; a suite's `description`
+# (sweeps/conf/suite/*.yaml); the beam_scaling runner's shape enumerator ("module:function" in sweeps/runners.py).
+_.MergeShardsCallback, _.on_multirun_end, _.description, _.width_shapes
+
+# Python's import protocols (baselines/_load.py): a finder/loader's methods and a placeholder module's attributes.
+_.create_module, _.exec_module, _.__package__, _.bases
+
+# pytest: the hook in conftest.py, a module's marks, and fixtures requested by parameter name.
+_.pytest_collection_modifyitems, _.pytestmark
+_.fake_fi, _.vllm_stand_ins, _.one_thread, _.fake_paths, _.gpu_to_itself
+# A fake framework kernel takes the real one's keyword arguments (tests/test_baselines_replayssm.py).
+_.output_final_state
