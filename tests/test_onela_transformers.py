@@ -85,7 +85,7 @@ class _Batches:
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *_exc):
         self.handle.remove()
 
 

@@ -59,7 +59,6 @@ TIME_COLUMNS = ["config_hash", "run_id", "path", "prompt_len", "O", "T", "transf
                 "same_selections_as_stock", "divergence_gap", "divergence_score_diff", "max_logit"]
 LOGIT_REL_TOL = 2e-2      # bf16 logits against the uncached forward, relative to the largest |logit| (docstring)
 RECHECK_BEAMS = 4
-GPU_COMMAND = "python -m tools.hf_generate --out DIR"
 
 
 def parse_args(argv=None) -> argparse.Namespace:

@@ -227,7 +227,7 @@ class OneLABeamCache:
         self.tree.parents.copy_(par)
 
     def get_seq_length(self, layer_idx: int = 0) -> int:
-        """Tokens behind the next decode call: the prompt plus the calls done."""
+        """Tokens behind the next decode call, in every layer alike: the prompt plus the calls done."""
         return self.L + (self.t or 0)
 
     @torch.no_grad()
