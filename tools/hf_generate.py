@@ -265,7 +265,8 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     from artifact.model.prefill import random_prompts
-    from artifact.results import append_csv, append_row, config_hash, git_commit, write_env
+    from artifact.env_record import write_env
+    from artifact.results import append_csv, append_row, config_hash, git_commit
     from artifact.timing import summarize
     from kernels.onela.transformers import check_transformers, transformers_version
     check_transformers()

@@ -26,7 +26,8 @@ import torch
 from artifact.limits import DEFAULT_TOLERANCE
 from artifact.measure import max_abs_err
 from artifact.reference import fullstate_decode
-from artifact.results import git_commit, write_env
+from artifact.env_record import write_env
+from artifact.results import git_commit
 from artifact.workload import GEOMETRIES, LINEAGES, make_workload
 from kernels.onela import CONFIG_KEYS, OneLAStepper
 from kernels.onela.plan import step_launches
