@@ -21,5 +21,6 @@ _.create_module, _.exec_module, _.__package__, _.bases
 # pytest: the hook in conftest.py, a module's marks, and fixtures requested by parameter name.
 _.pytest_collection_modifyitems, _.pytestmark
 _.fake_fi, _.vllm_stand_ins, _.one_thread, _.fake_paths, _.gpu_to_itself, _.interpreter_int_conversion
+_.transformers_gdn_in_torch_without_a_gpu      # autouse (tests/conftest.py)
 # A fake framework kernel takes the real one's keyword arguments (tests/test_baselines_replayssm.py).
 _.output_final_state

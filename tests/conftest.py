@@ -45,3 +45,28 @@ def pytest_collection_modifyitems(config, items):
 def device():
     """Where kernel tests run: the GPU when there is one, else CPU tensors under the Triton interpreter."""
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def transformers_gdn_in_torch_without_a_gpu():
+    """transformers runs a Qwen3.5 model's GDN layers through fla's kernels wherever fla is installed (a dependency
+    here, for the fla baseline); those kernels need a GPU -- under Triton's interpreter they ask the driver for
+    the device and fail. Without a GPU the tests therefore give transformers back its own plain-torch GDN
+    functions (the ones fla's stand in for), for the session."""
+    if torch.cuda.is_available():
+        yield
+        return
+    try:
+        import transformers.models.qwen3_5.modeling_qwen3_5 as qwen3_5
+    except ImportError:
+        yield
+        return
+    swapped = {}
+    for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"):
+        fn = getattr(qwen3_5, name, None)
+        if fn is not None and getattr(fn, "__wrapped__", None) is not None:
+            swapped[name] = fn
+            setattr(qwen3_5, name, fn.__wrapped__)
+    yield
+    for name, fn in swapped.items():
+        setattr(qwen3_5, name, fn)
