@@ -1,7 +1,8 @@
 """Oracles only the tests use, built on the artifact's own pieces: the token-by-token GDN over a prompt (the
 definition, docs/design.md §1; chunk_gated_delta's oracle), a whole sequence's logits without a cache (the
 decode's oracle), each final beam's tokens traced back through its parents, and projection replay over a
-workload in plain torch (the records OneLA's kernel must write)."""
+workload in plain torch (the records OneLA's kernel must write); and the tiny Qwen3.5 model the comparisons with
+transformers use."""
 from __future__ import annotations
 
 import torch
@@ -9,12 +10,23 @@ import torch
 from artifact.gdn import gdn_step
 from artifact.gtr import GtrStore
 from artifact.model.beam import BeamResult
+from artifact.model.config import ModelConfig, hybrid_pattern
 from artifact.model.gdn_chunk import _check, _prep
 from artifact.model.network import HybridModel
 from artifact.model.prefill import PromptState, _forward
 from artifact.reference import TorchReplayStepper, _decode
 from artifact.workload import Workload
 
+
+# One period of the real layer pattern (3 GDN + 1 gated attention); GQA in both mixers (HV = 2 HK with two key
+# heads, 4 q / 2 kv heads); K = V = 16 so the Triton steppers run under the interpreter (which costs about a
+# second per GDN layer and decode call of a beam test, so the model stays at one period); partial rotary on 4 of
+# 16 dims; rope theta as Qwen3.5's.
+HF_TINY = ModelConfig(
+    vocab_size=97, hidden_size=64, intermediate_size=128, layer_types=hybrid_pattern(4, 4),
+    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+    linear_conv_kernel_dim=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+    partial_rotary_factor=0.25, rope_theta=10_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
 
 def recurrent_gated_delta(q, k, v, g, beta, initial_state=None, dtype=torch.float32):
     """Token-by-token GDN over [B, L] sequences (artifact.gdn.gdn_step, the definition; chunk_gated_delta's

@@ -42,23 +42,13 @@ transformers = pytest.importorskip("transformers", minversion="5.2")
 
 import artifact.model.prefill as prefill_module  # noqa: E402
 from artifact.model.beam import BeamResult  # noqa: E402
-from artifact.model.config import QWEN3_5_0_8B, ModelConfig, hybrid_pattern  # noqa: E402
+from artifact.model.config import QWEN3_5_0_8B, ModelConfig  # noqa: E402
 from artifact.model.decode import BeamDecoder  # noqa: E402
 from artifact.model.layers import apply_rotary, causal_conv_prefill, rms_norm, rotary_cos_sin  # noqa: E402
 from artifact.model.network import HybridModel  # noqa: E402
 from artifact.model.prefill import prefill, random_prompts  # noqa: E402
 from artifact.model.weights import random_weights, save_hf_checkpoint  # noqa: E402
-from oracles import sequence_logits, sequences  # noqa: E402
-
-# One period of the real layer pattern (3 GDN + 1 gated attention); GQA in both mixers (HV = 2 HK with two key
-# heads, 4 q / 2 kv heads); K = V = 16 so the Triton steppers run under the interpreter (which costs about a
-# second per GDN layer and decode call of a beam test, so the model stays at one period); partial rotary on 4 of
-# 16 dims; rope theta as Qwen3.5's.
-HF_TINY = ModelConfig(
-    vocab_size=97, hidden_size=64, intermediate_size=128, layer_types=hybrid_pattern(4, 4),
-    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-    linear_conv_kernel_dim=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-    partial_rotary_factor=0.25, rope_theta=10_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
+from oracles import HF_TINY, sequence_logits, sequences  # noqa: E402
 
 FP32_TOL = 1e-4      # relative to max |logit|: fp32 paths
 ONELA_TOL = 5e-3     # relative to max |logit|: bf16 GTR records and bf16 projections (module docstring)

@@ -25,18 +25,13 @@ import torch
 transformers = pytest.importorskip("transformers", minversion="5.2")
 
 import kernels.onela.transformers as hfo  # noqa: E402
-from artifact.model.config import QWEN3_5_0_8B, ModelConfig, hybrid_pattern  # noqa: E402
+from artifact.model.config import QWEN3_5_0_8B  # noqa: E402
 from artifact.model.prefill import random_prompts  # noqa: E402
 from artifact.model.weights import random_weights, save_hf_checkpoint  # noqa: E402
+from oracles import HF_TINY  # noqa: E402
 from tools.hf_generate import first_divergence, selections  # noqa: E402
 
-# One period of Qwen3.5's layer pattern (3 GDN + 1 gated attention), GQA in both mixers, K = V = 16 (the
-# interpreter's cost grows with the head size), partial rotary on 4 of 16 dims: tests/test_model_hf.py's model.
-TINY = ModelConfig(
-    vocab_size=97, hidden_size=64, intermediate_size=128, layer_types=hybrid_pattern(4, 4),
-    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
-    linear_conv_kernel_dim=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-    partial_rotary_factor=0.25, rope_theta=10_000_000.0, rms_norm_eps=1e-6, tie_word_embeddings=True)
+TINY = HF_TINY       # tests/test_model_hf.py's model
 LOGIT_TOL = 5e-3     # relative to max |logit| (module docstring)
 GPU_LOGIT_TOL = 1.5e-2   # the GPU test's model: 8 layers of K = V = 128 heads (its docstring)
 R, L, W, N = 2, 70, 4, 4          # N new tokens: the prefill's, then N - 1 decode calls
