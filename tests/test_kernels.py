@@ -586,7 +586,7 @@ def test_compile_report_compiles_hopper_kernels_without_a_gpu():
 
 
 def test_compile_report_refuses_impossible_values_before_compiling(capsys):
-    """`tools.compile_report` names a bad value and exits 2 (it used to print a report for R = 0 or a step past O)."""
+    """`tools.compile_report` names a bad value and exits 2 (never a report for R = 0 or a step past O)."""
     from tools.compile_report import main
     for argv, message in ((["--R", "0"], "--R must be >= 1, got 0"),
                           (["--O", "3", "--steps", "5"], "--steps [5] out of range 0..1"),
