@@ -121,6 +121,8 @@ def _draw_native(ax, res: Results, prompt, Os: list) -> list:
     if heights and max(heights) > LOG_SPREAD * min(heights):
         ax.set_yscale("log")
         ax.set_ylabel("ms per decode call (log)")
+        lo, hi = ax.get_ylim()
+        ax.set_ylim(lo, hi * 1.8)                 # room for the labels above the highest dash
     else:
         ax.set_ylabel("ms per decode call")
         ax.set_ylim(0, (ax.get_ylim()[1] if heights else 1.0) * 1.15)
