@@ -396,7 +396,7 @@ def native_claim(res: Results, time_text: str) -> list[str]:
     extra = [f"{label}: {_span(native_measure(res, c, label))}" for c, label in (
         ("hf_wall_x", "OneLA inside transformers, wall / call"), ("hf_prefill_x", "its prefill"))]
     if all(NOT_MEASURED in t for t in [ours, *extra]):
-        ours, extra = f"{NOT_MEASURED} (no rows in results/{NATIVE_SUITE}.csv)", []
+        ours, extra = f"{NOT_MEASURED} (no {NATIVE_SUITE} rows)", []
     skips = "; ".join(f"{display_name(p)}: not run, {why.split(' (')[0]}" for p, (_, why) in NATIVE_SKIPS.items())
     return ["Q1", "Fig 6: native framework reference, OneLA's decode-forward speedup per decode call over stock "
                   "transformers `generate(num_beams=W)` (R=4 W=256, prompt 1K and 5K, O=3-7), smallest-largest",
