@@ -2,7 +2,8 @@
 # The artifact's one entry point (README.md). Every command prints its stages, each with its expected
 # duration, before running them.
 #   ./run_all.sh            reproduce. GPU host: set up (virtualenv, baseline pack, FlashInfer's CuTe DSL), run
-#                           every suite and the decode breakdown into outputs/reproduce/<stamp>/, draw its figures
+#                           every suite, transformers' generate (tools.hf_generate) and the decode breakdown into
+#                           outputs/reproduce/<stamp>/, draw its figures
 #                           and REPORT.md, check it against the committed results/ (python -m plots.check). CPU: the smoke
 #                           suite under the Triton interpreter, the figures, REPORT.md and README's claims table
 #                           from the committed results/, and their self-check.
@@ -78,7 +79,7 @@ declare -A EXPECTED=()
 load_expected() {
   local dir=$1 s t
   while IFS=$'\t' read -r s t; do [ -n "$s" ] && EXPECTED[$dir/$s]=$t; done < <(
-    "$PY" -m plots.report expected operator recurrent_path full_model traffic beam_scaling --results "$dir" --fallback "" \
+    "$PY" -m plots.report expected operator recurrent_path full_model traffic beam_scaling hf_generate --results "$dir" --fallback "" \
       2>/dev/null)
   return 0
 }
@@ -168,6 +169,14 @@ gpu_suites() {  # every suite into $RUN_DIR; on several GPUs each suite but traf
     "$PY" -m sweeps.run "${launch[@]}" suite=recurrent_path results_dir="$RUN_DIR"
   stage "full_model suite, 6 paths x 2 prompts x O=3..7 (Fig 6)$on" "$(expected full_model 'not measured') on one GPU" \
     "$PY" -m sweeps.run "${launch[@]}" suite=full_model results_dir="$RUN_DIR"
+  # Fig 6's native framework reference: transformers' own generate(num_beams=W), stock and with OneLA inside it, at
+  # the Fig 6 cells (one process on one GPU; stock generate prefills W copies of each prompt: 1K prompts only)
+  if "$PY" -c "import transformers" >/dev/null 2>&1 || [ "$DRY" = gpu ]; then
+    stage "transformers generate, stock and with OneLA, at the Fig 6 cells (Fig 6's native framework reference)" \
+      "$(expected hf_generate '6-8 min (estimate)')" "$PY" -m tools.hf_generate --out "$RUN_DIR"
+  else
+    say "transformers generate stage skipped: transformers is not installed in $PY (pip install -e '.[test]')"
+  fi
   # where one Fig 6 decode call's time goes, per component beside its floor (results/full_model_breakdown.csv and
   # its figure): the committed run's three paths, one process (a few cells; not a Hydra suite, so not sharded)
   stage "decode breakdown: one Fig 6 decode call per component vs its floor, 3 paths x 2 prompts at O=5" \
@@ -281,7 +290,7 @@ case "$cmd" in
     ensure_env
     if has_gpu; then
       load_expected results
-      say "GPU found: every suite (operator $(expected operator '?'), full_model $(expected full_model '?'), recurrent_path $(expected recurrent_path '?'), traffic $(expected traffic '?'), beam_scaling $(expected beam_scaling '6-9 min, estimate'), as recorded on one H200) and the decode breakdown, then figures and the self-check"
+      say "GPU found: every suite (operator $(expected operator '?'), full_model $(expected full_model '?'), recurrent_path $(expected recurrent_path '?'), traffic $(expected traffic '?'), beam_scaling $(expected beam_scaling '6-9 min, estimate'), as recorded on one H200), transformers generate ($(expected hf_generate '6-8 min, estimate')) and the decode breakdown, then figures and the self-check"
       setup_baselines
       new_run_dir reproduce
       gpu_suites
@@ -296,7 +305,7 @@ case "$cmd" in
     finish
     ;;
   -h|--help|help)
-    sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
   *)
     echo "usage: $0 [reproduce|quick|test|setup|smoke|figures|check [RUN_DIR]|gpu-suites [RUN_DIR]]" >&2; exit 2 ;;
 esac

@@ -16,9 +16,11 @@ from pathlib import Path
 
 from artifact.results import ResultsFileError, read_wall
 from plots import fig_beam_scaling, fig_breakdown, paper
-from plots.data import SHAPE_KEY, SUITES, Results
-from plots.reproduced import MODE_KEYS, index_measures, measures, mode_paths, not_in_paper
-from plots.style import INDEX_MODE, PAPER_MODE, display_name
+from plots.data import NATIVE_SUITE, SHAPE_KEY, SUITES, Results
+from plots.reproduced import (MODE_KEYS, index_measures, measures, mode_paths, native_cells, native_measure,
+                              native_table, not_in_paper)
+from plots.style import (INDEX_MODE, NATIVE_COMMAND, NATIVE_ONELA, NATIVE_SKIPS, NATIVE_STOCK, PAPER_MODE,
+                         display_name)
 
 NOT_MEASURED = "not measured yet"
 NOT_PAIRED = "not paired"
@@ -197,6 +199,66 @@ def not_run(res: Results) -> list[str]:
     return out
 
 
+# ---------------------------------------------------------------- Fig 6's native framework reference
+NATIVE_TIME_ESTIMATE = "6-8 min (estimate)"      # tools.hf_generate at its default cells, until a wall record exists
+NATIVE_SPEEDUPS = (            # native_cells column, what it is
+    ("pipeline_x", "OneLA (this pipeline) over stock transformers generate, GPU time per decode call (across runs)"),
+    ("hf_wall_x", "OneLA inside transformers over stock generate, wall time per decode call (same run)"),
+    ("hf_call_x", "OneLA inside transformers over stock generate, GPU time per decode call (same run)"),
+    ("hf_prefill_x", "OneLA inside transformers over stock generate, prefill GPU time (same run)"))
+
+
+def _span(m) -> str:
+    """A native measure as "smallest – largest", or why there is none."""
+    if not m.measured:
+        return ours_text(m, "x")
+    hi = dict(m.beside).get("largest", m.value)
+    return fmt(m.value, "x") if hi == m.value else f"{fmt(m.value, 'x')} – {fmt(hi, 'x')}"
+
+
+def _native_ms(nt, path: str, cell, v: float) -> str:
+    """One native system's ms at a (prompt, O) cell: the value, else its row's status (a skip, a failure), else
+    "not measured yet"."""
+    if math.isfinite(v):
+        return fmt(v, "ms")
+    rows = nt[(nt["path"] == path) & (nt["prompt_len"] == cell["prompt_len"]) & (nt["O"] == cell["O"])]
+    return str(rows["status"].iloc[-1]) if len(rows) else NOT_MEASURED
+
+
+def native_reference(res: Results) -> list[str]:
+    """Fig 6's native framework reference: per (prompt, O) cell, the pipeline's OneLA beside stock transformers
+    generate and OneLA inside it (GPU time and wall time per decode call, prefill), the speedups over stock, the
+    beams' agreement; vLLM's engine as the named skip it is."""
+    nt, cells = native_table(res), native_cells(res)
+    lines = [f"`{NATIVE_COMMAND}` (results/{NATIVE_SUITE}.csv and its side table; docs/methods.md §12): "
+             "transformers' own `generate(num_beams=W)` on the pipeline's weights and prompts, stock and with OneLA "
+             "inside it. GPU time per decode call: CUDA events around each model call generate makes (the stock "
+             "cache's beam reorder runs between calls, so it is in the wall time only); wall time per decode call: "
+             "(generate's wall time - the prefill's) / T, Python overhead and beam selection included. The "
+             "pipeline's OneLA is its full_model row's latency_ms / T, a CUDA graph per call, timed in another run.",
+             ""]
+    lines += [f"- {display_name(p)}: not run -- {why}" for p, (_, why) in NATIVE_SKIPS.items()]
+    if not nt["path"].isin([NATIVE_STOCK, NATIVE_ONELA]).any():
+        lines.append(f"- {display_name(NATIVE_STOCK)}, {display_name(NATIVE_ONELA)}: {NOT_MEASURED} (no rows in "
+                     f"results/{NATIVE_SUITE}.csv; on a GPU: `{NATIVE_COMMAND} --out results`)")
+    lines += [""] + [f"- {what}: {_span(native_measure(res, col, what))}" for col, what in NATIVE_SPEEDUPS] + [""]
+    rows = []
+    for _, c in cells.iterrows():
+        same = c["same_selections"]
+        agree = ("—" if not isinstance(c["beams_identical"], str) or not c["beams_identical"] else
+                 f"{c['beams_identical']}; {int(same) if math.isfinite(same) else '?'} of {int(c['O'])}")
+        rows.append([int(c["prompt_len"]), int(c["O"]), fmt(c["pipeline_call_ms"], "ms"),
+                     *[_native_ms(nt, NATIVE_STOCK, c, c[f"stock_{m}_ms"]) for m in ("call", "wall", "prefill")],
+                     *[_native_ms(nt, NATIVE_ONELA, c, c[f"hf_{m}_ms"]) for m in ("call", "wall", "prefill")],
+                     " / ".join(fmt(c[f"hf_{m}_x"], "x") if math.isfinite(c[f"hf_{m}_x"]) else "—"
+                                for m in ("call", "wall", "prefill")),
+                     fmt(c["pipeline_x"], "x") if math.isfinite(c["pipeline_x"]) else "—", agree])
+    return lines + _table(["prompt", "O", "OneLA pipeline GPU / call", "stock GPU / call", "stock wall / call",
+                           "stock prefill", "+OneLA GPU / call", "+OneLA wall / call", "+OneLA prefill",
+                           "+OneLA over stock (GPU / wall / prefill)", "pipeline OneLA over stock GPU",
+                           "beams identical; same selections of O"], rows)
+
+
 def build(res: Results, figures: list[Path] | None = None, report_dir: Path = Path(".")) -> str:
     lines = ["# Paper vs ours", "",
              "Generated by `python -m plots` (`./run_all.sh figures`) from `results/` alone; do not edit by hand.",
@@ -213,6 +275,8 @@ def build(res: Results, figures: list[Path] | None = None, report_dir: Path = Pa
              f"its own row (↳), \"{NOT_PAIRED}\" with the paper's value (docs/methods.md §4).", "",
              "## Numbers to reproduce", "", *paper_vs_ours(res), "",
              "## Baselines the paper does not compare against", "", *baselines_not_in_paper(res), "",
+             "## The native framework reference: transformers' generate (Fig 6, lower row)", "",
+             *native_reference(res), "",
              "## Where a decode call's time goes (not in the paper)", "", *fig_breakdown.report_lines(res.root), "",
              "## OneLA against its floors per geometry (not in the paper)", "", *floors_per_geometry(res), "",
              "## Depth and width scaling (beyond the paper)", "", *fig_beam_scaling.report_lines(res), "",
@@ -309,6 +373,7 @@ def claims(res: Results) -> list[str]:
     m, idx = measures(), index_measures()
     by_key = paper.BY_KEY
     times = {s: expected_time(res.root, s) for s in ("operator", "recurrent_path", "traffic", "full_model")}
+    native_time = expected_time(res.root, NATIVE_SUITE)
     rows = []
     for q, text, keys, join, suite in CLAIMS:
         nums = [by_key[k] for k in keys]
@@ -318,7 +383,25 @@ def claims(res: Results) -> list[str]:
             ours += f" [index mode, {NOT_PAIRED}: {join.join(alt)}]"
         rows.append([q, text, join.join(n.text + UNIT[n.unit] for n in nums), ours,
                      f"`python -m sweeps.run suite={suite}`", times[suite]])
+        if keys[0] == "fig6.controlled_vs_vllm.min":
+            rows.append(native_claim(res, native_time))
     return _table(["", "paper claim", "paper", "reproduced", "command", "H200 time"], rows)
+
+
+def native_claim(res: Results, time_text: str) -> list[str]:
+    """The claims table's native-framework row: the paper's native reference (vLLM's engine) is a named skip; ours
+    is stock transformers generate, OneLA's speedup over it, and OneLA inside it, or "not measured yet"."""
+    col, what = NATIVE_SPEEDUPS[0]
+    ours = _span(native_measure(res, col, what))
+    extra = [f"{label}: {_span(native_measure(res, c, label))}" for c, label in (
+        ("hf_wall_x", "OneLA inside transformers, wall / call"), ("hf_prefill_x", "its prefill"))]
+    if all(NOT_MEASURED in t for t in [ours, *extra]):
+        ours, extra = f"{NOT_MEASURED} (no {NATIVE_SUITE} rows)", []
+    skips = "; ".join(f"{display_name(p)}: not run, {why.split(' (')[0]}" for p, (_, why) in NATIVE_SKIPS.items())
+    return ["Q1", "Fig 6: native framework reference, OneLA's decode-forward speedup per decode call over stock "
+                  "transformers `generate(num_beams=W)` (R=4 W=256, prompt 1K and 5K, O=3-7), smallest-largest",
+            f"none: the paper's is vLLM's engine [{skips}]", ours + (f" [{'; '.join(extra)}]" if extra else ""),
+            f"`{NATIVE_COMMAND}`", NATIVE_TIME_ESTIMATE if time_text == "not measured" else time_text]
 
 
 def claims_block(res: Results) -> str:

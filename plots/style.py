@@ -29,6 +29,23 @@ FULLSTATE_SYSTEMS: dict[str, tuple[str, str]] = {
 # for each in both modes ("not measured yet" while it has no row) and REPORT.md lists their numbers in a section
 # of their own (plots/report.py), never in a paper claim.
 NOT_IN_PAPER: tuple[str, ...] = ("fla_fullstate",)
+# Fig 6's native framework references: end-to-end beam search in a framework's own engine, beside this project's
+# decode pipeline (plots.reproduced.native_table). The paper's is vLLM's engine, which cannot run beside the GPU
+# host's torch, so its slot is a named skip (NATIVE_SKIPS; docs/methods.md §5); transformers' generate is measured by
+# tools.hf_generate (stock, and with OneLA inside it). path -> (display name, colour).
+NATIVE: dict[str, tuple[str, str]] = {
+    "hf_generate": ("transformers generate (stock)", "#546e7a"),
+    "hf_generate_onela": ("transformers generate + OneLA", "#ef9a9a"),
+    "vllm_engine": ("vLLM engine (LLM.beam_search)", "#bbdefb"),
+}
+NATIVE_STOCK, NATIVE_ONELA = "hf_generate", "hf_generate_onela"
+# path -> (the few words its figure slot shows, the reason in full)
+NATIVE_SKIPS: dict[str, tuple[str, str]] = {
+    "vllm_engine": ("not run: torch 2.14 pin", "vLLM 0.33 pins torch 2.14; the project runs torch 2.11 "
+                                                "(docs/methods.md §5)")}
+NATIVE_COMMAND = "python -m tools.hf_generate"
+# generate's wall time per decode call (Python overhead and beam selection included), drawn over a native bar
+WALL_MARKER = dict(marker="_", s=160, color="black", linewidths=2.0, zorder=6)
 PAPER_SUFFIX = "_paper"
 INDEX_LABEL = " (index mode)"
 INDEX_HATCH = "////"
@@ -83,6 +100,7 @@ PATH_STYLE: dict[str, tuple[str, str]] = {
     **_fullstate("fla_fullstate"),
     "reference_fullstate": ("Reference FullState (torch)", "#8d6e63"),
     "reference_replay": ("Reference replay (torch)", "#bcaaa4"),
+    **{p: (NATIVE[p][0], NATIVE[p][1]) for p in NATIVE},
 }
 PATH_ORDER = list(PATH_STYLE)
 REFERENCE_PATHS = ("reference_fullstate", "reference_replay")

@@ -284,7 +284,8 @@ def test_gpu_qwen3_5_0_8b_heads_keep_stock_beams_up_to_near_ties(tmp_path):
 
 def test_the_timing_tool_runs_its_plumbing_on_cpu(tmp_path):
     """`python -m tools.hf_generate --cpu`: both systems at one tiny cell; the rows read back in the results
-    schema, the side table names every row, and OneLA's row says whether its beams are stock's."""
+    schema, the side table names every row, OneLA's row says whether its beams are stock's, and the run's wall
+    record gives the tool's expected time."""
     from artifact.results import read_rows
     from tools import hf_generate
     assert hf_generate.main(["--cpu", "--out", str(tmp_path)]) == 0
@@ -294,4 +295,10 @@ def test_the_timing_tool_runs_its_plumbing_on_cpu(tmp_path):
     assert side[0].split(",") == hf_generate.TIME_COLUMNS and len(side) == 3
     onela = dict(zip(hf_generate.TIME_COLUMNS, side[2].split(",")))
     assert onela["config_hash"] == rows[1]["config_hash"] and onela["beams_identical_to_stock"] == "True"
-    assert len(list((tmp_path / "env").glob("*.json"))) == 1
+    env = sorted((tmp_path / "env").glob("*.json"))
+    assert [p.name.count(".") for p in env] == [1, 2]          # <run_id>.json, <run_id>.wall.json
+    from artifact.results import read_wall
+    wall = read_wall(tmp_path, rows[0]["run_id"])
+    assert wall["cells"] == 2 and set(wall["by_path"]) == {hf_generate.STOCK, hf_generate.ONELA}
+    from plots.report import expected_time                 # what ./run_all.sh and the claims table print
+    assert expected_time(tmp_path, hf_generate.SUITE) != "not measured"

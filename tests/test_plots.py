@@ -181,8 +181,8 @@ def cells(line: str) -> list[str]:
 
 def test_fig6_bars_per_path_and_speedup_labels(fake):
     fig = fig6_full_model.draw(fake)
-    assert len(fig.axes) == 2
-    for ax in fig.axes:
+    assert len(fig.axes) == 4             # the pipeline's rows above, the native framework reference below
+    for ax in fig.axes[:2]:
         assert series(ax) == {f"series:{p}" for p in {**FULL_MODEL_PATHS, **FULL_MODEL_PAPER}}
         bars = [a for a in ax.patches if a.get_gid() == "series:onela"]
         assert len(bars) == 5  # O = 3..7
@@ -286,9 +286,9 @@ def test_empty_results_say_not_measured_and_no_data(tmp_path):
     assert no_kernel and text.count("none: no GDN kernel") == len(no_kernel)
     # + each FullState number's index-mode row, the header's word on the pairing, the breakdown section, the
     # line naming the registered paths with no rows (here: all of them), the depth and width scaling section and
-    # each number of the systems not in the paper
+    # each number of the systems not in the paper, and the native framework reference's line and speedups
     assert text.count(report.NOT_MEASURED) == (len(paper.NUMBERS) - len(no_kernel) + len(MODE_KEYS) + 4
-                                               + len(not_in_paper(res)))
+                                               + len(not_in_paper(res)) + 1 + len(report.NATIVE_SPEEDUPS))
     for mod in (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, fig_breakdown, fig_beam_scaling):
         assert "no data yet" in texts(mod.draw(res))
 
@@ -544,3 +544,112 @@ def test_systems_not_in_the_paper_keep_slots_and_report_rows(tmp_path):
     assert report.paper_vs_ours(res) == report.paper_vs_ours(fake)
     section = report.baselines_not_in_paper(res)
     assert all("not measured yet" in ln for ln in section[2:]) and len(section) == 2 + len(not_in_paper(res))
+
+
+# ---- Fig 6's native framework reference: transformers' generate (tools.hf_generate's table, FAKE here) ----
+# GPU ms per decode call (FAKE): stock generate 30, OneLA inside it 6; wall ms per decode call 107 and 20; prefill
+# 7200 and 100 ms. Stock runs at prompt 1K only (5K: a skipped row, as the tool records it).
+FAKE_NATIVE = {"hf_generate": dict(call=30.0, wall=107.0, prefill=7200.0),
+               "hf_generate_onela": dict(call=6.0, wall=20.0, prefill=100.0)}
+
+
+def native_rows(root, run_id="fake-run"):
+    """hf_generate rows at the Fig 6 cell in root/hf_generate.csv and their side table (tools.hf_generate's
+    columns), all FAKE; returns the rows."""
+    from artifact.results import append_csv
+    from tools.hf_generate import TIME_COLUMNS, TIMES
+    rows, times = [], []
+    for prompt in (1024, 5120):
+        for T in range(2, 7):
+            for p, v in FAKE_NATIVE.items():
+                if p == "hf_generate" and prompt == 5120:
+                    rows.append(_row("hf_generate", p, "fake_qwen", 4, 256, T, prompt_len=prompt, status="skipped",
+                                     run_id=run_id, reason="FAKE: stock generate not run at prompt 5120",
+                                     max_abs_err=""))
+                    continue
+                r = _row("hf_generate", p, "fake_qwen", 4, 256, T, prompt_len=prompt, run_id=run_id,
+                         latency_ms=v["call"] * T, max_abs_err=0.05, tolerance=0.5)
+                rows.append(r)
+                times.append(dict(config_hash=r["config_hash"], run_id=run_id, path=p, prompt_len=prompt, O=T + 1,
+                                  T=T, prefill_ms=v["prefill"], decode_call_ms=v["call"],
+                                  decode_call_wall_ms=v["wall"], beams_identical_to_stock=(
+                                      "True" if p == "hf_generate_onela" and prompt == 1024 else ""),
+                                  same_selections_as_stock=T + 1 if p == "hf_generate_onela" and prompt == 1024
+                                  else ""))
+    df = pd.DataFrame(rows)
+    for c in COLUMNS:
+        if c not in df:
+            df[c] = ""
+    df[COLUMNS].to_csv(root / "hf_generate.csv", index=False)
+    append_csv(root / TIMES, TIME_COLUMNS, [{c: str(t.get(c, "")) for c in TIME_COLUMNS} for t in times])
+    return rows
+
+
+def test_native_reference_speedups_figure_and_report(tmp_path):
+    """From a FAKE hf_generate table beside the FAKE pipeline rows: per Fig 6 cell the speedups over stock
+    transformers generate -- OneLA inside it (same run: GPU 30/6, wall 107/20, prefill 7200/100) and the pipeline's
+    OneLA (across runs: 30 / (latency_ms / T)) -- drawn in Fig 6's lower row and tabled in REPORT and the claims
+    table; a skipped stock cell is named, never a ratio; no paper number moves."""
+    from plots.data import NATIVE_TIMES
+    from plots.reproduced import native_cells
+    from tools.hf_generate import TIMES
+    assert NATIVE_TIMES == TIMES
+    (tmp_path / "with").mkdir()
+    (tmp_path / "without").mkdir()
+    base = operator_rows(Rs=(4,), Ts=(2,)) + fig8_rows() + full_model_rows()
+    without = load_results(write_results(tmp_path / "without", base))
+    write_results(tmp_path / "with", base)
+    native_rows(tmp_path / "with")
+    res = load_results(tmp_path / "with")
+    per_cell = native_cells(res).set_index(["prompt_len", "O"])
+    assert len(per_cell) == 10
+    for T in range(2, 7):
+        one_k, five_k = per_cell.loc[(1024, T + 1)], per_cell.loc[(5120, T + 1)]
+        assert one_k["hf_call_x"] == pytest.approx(5.0) and one_k["hf_wall_x"] == pytest.approx(5.35)
+        assert one_k["hf_prefill_x"] == pytest.approx(72.0)
+        assert one_k["pipeline_call_ms"] == pytest.approx((10 + 3 * T) / T)        # full_model_rows' OneLA / T
+        assert one_k["pipeline_x"] == pytest.approx(30.0 * T / (10 + 3 * T))
+        assert five_k["hf_call_ms"] == pytest.approx(6.0) and math.isnan(five_k["stock_call_ms"])
+        assert math.isnan(five_k["hf_wall_x"]) and math.isnan(five_k["pipeline_x"])
+    # Fig 6: the lower row draws both transformers systems and the pipeline's OneLA, with the speedup labels
+    fig = fig6_full_model.draw(res)
+    low = fig.axes[2:]
+    assert series(low[0]) == {"series:onela", "series:hf_generate", "series:hf_generate_onela"}
+    assert series(low[1]) == {"series:onela", "series:hf_generate_onela"}
+    t = texts(fig)
+    assert t.count("5.3× wall 5.0× GPU") == 5 and f"{30.0 * 2 / 16:.1f}×" in t
+    assert "skipped" in t and "not run: torch 2.14 pin" in t and "not measured yet" not in t
+    assert "vLLM 0.33 pins torch 2.14" in t
+    # REPORT: the table per cell and the spans; the claims table's native row
+    lines = report.native_reference(res)
+    row = next(ln for ln in lines if ln.startswith("| 1024 | 3 |"))
+    assert cells(row)[3:10] == ["30.0 ms", "107 ms", "7,200 ms", "6.00 ms", "20.0 ms", "100 ms",
+                                   "5.00× / 5.35× / 72.0×"]
+    assert cells(row)[10] == report.fmt(30.0 * 2 / 16, "x") and cells(row)[11] == "True; 3 of 3"
+    row5k = next(ln for ln in lines if ln.startswith("| 5120 | 3 |"))
+    assert cells(row5k)[3:6] == ["skipped"] * 3 and cells(row5k)[9] == "— / — / —"
+    speeds = [30.0 * T / (10 + 3 * T) for T in range(2, 7)]
+    span = f"{report.fmt(min(speeds), 'x')} – {report.fmt(max(speeds), 'x')}"
+    assert any(ln.startswith("- OneLA (this pipeline)") and ln.endswith(span) for ln in lines)
+    native = next(r for r in report.claims(res) if "native framework reference" in r)
+    assert f"| {span} [OneLA inside transformers, wall / call: 5.35×; its prefill: 72.0×] |" in native
+    assert "`python -m tools.hf_generate` | 6-8 min (estimate) |" in native
+    # the kernel suites' numbers ignore the native rows (their own beam-score tolerance is no looser gate)
+    assert report.paper_vs_ours(res) == report.paper_vs_ours(without)
+
+
+def test_native_reference_not_measured_yet(tmp_path):
+    """No hf_generate table: Fig 6's lower row keeps the transformers slots saying "not measured yet" and vLLM's
+    engine its named skip; REPORT and the claims table say "not measured yet", never a number."""
+    res = load_results(write_results(tmp_path, full_model_rows()))
+    t = texts(fig6_full_model.draw(res))
+    assert "transformers generate: not measured yet" in t and t.count("not measured yet") >= 1 + 2 * 10
+    assert t.count("not run: torch 2.14 pin") == 10
+    lines = report.native_reference(res)
+    assert any("transformers generate (stock), transformers generate + OneLA: not measured yet" in ln for ln in lines)
+    assert all(f"{report.NOT_MEASURED}" in ln for ln in lines if ln.startswith("- OneLA"))
+    assert all(cells(ln)[3] == report.NOT_MEASURED for ln in lines if ln.startswith("| 1024 "))
+    native = next(r for r in report.claims(res) if "native framework reference" in r)
+    assert "| not measured yet (no hf_generate rows) |" in native
+    assert "vLLM 0.33 pins torch 2.14" in native
+

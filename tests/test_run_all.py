@@ -81,6 +81,22 @@ def test_gpu_reproduce_plan_prints_recorded_suite_times(tmp_path):
     assert out.index("tools.decode_breakdown") < out.index("plots --results outputs/reproduce/")
 
 
+def test_gpu_reproduce_plan_times_transformers_generate_after_the_full_model(tmp_path):
+    """Fig 6's native framework reference comes from the reproduce command: tools.hf_generate into the run folder,
+    once (one process), after the full-model suite and before the figures, with its expected time -- the
+    estimate until a wall record of the tool is committed, then that record's."""
+    from plots.report import expected_time
+    out = run_all("reproduce", ONELA_DRY_RUN="gpu", ONELA_DRY_GPUS="2", ONELA_OFFLINE="1",
+                  ONELA_BASELINE_PACK=str(tmp_path / "none"))
+    runs = [ln for ln in out.splitlines() if "would run:" in ln and "tools.hf_generate" in ln]
+    assert len(runs) == 1 and "tools.hf_generate --out outputs/reproduce/" in runs[0] and "shard" not in runs[0]
+    assert out.index("suite=full_model") < out.index("tools.hf_generate") < out.index("plots --results")
+    recorded = expected_time(REPO / "results", "hf_generate")
+    want = "6-8 min (estimate)" if recorded == "not measured" else recorded
+    stage = next(ln for ln in out.splitlines() if "] stage " in ln and "transformers generate" in ln)
+    assert stage.endswith(f"-- expected: {want}"), stage
+
+
 def test_gpu_reproduce_plan_on_several_gpus_shards_every_suite(tmp_path):
     """On 3 GPUs every suite runs as 3 shards at once, one per GPU (hydra's joblib launcher), except traffic:
     ncu profiles one process per host at a time."""

@@ -35,11 +35,14 @@ about 1e-2 of the largest through 24 layers; a log-softmax difference is at most
 
 Writes DIR/hf_generate.csv (the results schema, artifact.results: suite hf_generate, one row per system and cell),
 DIR/hf_generate_times.csv (per row, joined on config_hash and run_id: prefill, per-call, wall and memory numbers,
-beam agreement) and DIR/env/<run_id>.json (the env record, transformers' and fla's versions included).
+beam agreement), DIR/env/<run_id>.json (the env record, transformers' and fla's versions included) and
+DIR/env/<run_id>.wall.json (the run's wall time, by system, as a sweep writes it: the expected time that
+./run_all.sh and README's claims table give for this tool come from it).
 """
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import os
 import sys
@@ -270,6 +273,8 @@ def main(argv=None) -> int:
     from artifact.timing import summarize
     from kernels.onela.transformers import check_transformers, transformers_version
     check_transformers()
+    t_begin = time.monotonic()
+    wall_by_path: dict[str, list] = {}
     out_dir = Path(args.out)
     run_id = f"hf_generate_{time.strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:6]}"
     commit = git_commit()
@@ -294,6 +299,7 @@ def main(argv=None) -> int:
                                   f"searches, eager"), tolerance=LOGIT_REL_TOL)
                 times = dict(config_hash=row["config_hash"], run_id=run_id, path=system, prompt_len=L, O=O, T=T,
                              transformers=transformers_version())
+                t_cell = time.monotonic()
                 if system == STOCK and L not in args.stock_prompts:
                     row.update(status="skipped", reason=f"stock generate not run at prompt {L} (--stock-prompts "
                                                         f"{args.stock_prompts}): its prefill copies each prompt "
@@ -327,6 +333,8 @@ def main(argv=None) -> int:
                                      decode_call_wall_ms=1e3 * summarize(dec_wall, "statistics")[0],
                                      peak_gib=max(m["peaks"]) / 2 ** 30, searches=len(sums), max_logit=scale)
                 append_row(out_dir / f"{SUITE}.csv", row)
+                w = wall_by_path.setdefault(system, [0.0, 0])
+                w[0], w[1] = w[0] + time.monotonic() - t_cell, w[1] + 1
                 if system == ONELA and STOCK in results and ONELA in results:
                     a, b = results[STOCK], results[ONELA]
                     div = first_divergence(b, a, args.R, args.W)
@@ -340,7 +348,19 @@ def main(argv=None) -> int:
                       + (f" decode {times['decode_call_ms']:.2f} ms/call (events), {times['decode_call_wall_ms']:.1f} "
                          f"ms/call (wall), prefill {times['prefill_ms']:.0f} ms, peak {times['peak_gib']:.1f} GiB"
                          if row["status"] != "skipped" else f" ({row['reason']})"), flush=True)
+    write_wall(out_dir, run_id, time.monotonic() - t_begin, wall_by_path)
     return 0
+
+
+def write_wall(out_dir: Path, run_id: str, total_s: float, by_path: dict) -> Path:
+    """DIR/env/<run_id>.wall.json in the sweeps' form (artifact.results.read_wall reads it): the run's wall time
+    from the model's build to its last row, the rows written, and per system its cells' time and count."""
+    rec = {"run_id": run_id, "wall_s": round(total_s, 1), "cells": sum(n for _, n in by_path.values()),
+           "by_path": {p: {"wall_s": round(s, 1), "cells": n} for p, (s, n) in by_path.items()}, "shared": {}}
+    path = out_dir / "env" / f"{run_id}.wall.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rec, indent=1) + "\n")
+    return path
 
 
 def _fmt(x) -> str:
