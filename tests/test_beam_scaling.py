@@ -52,6 +52,11 @@ def test_suite_runs_on_cpu_through_the_entry_point(tmp_path, capsys):
     spec = validate(cfg_of(*CPU_RUN))
     cells = [c for s in shape_cells(spec, CPU) for c in s]
     assert sorted(r["config_hash"] for r in rows) == sorted(c["config_hash"] for c in cells)
+    # the depth grid again on the recorded `model` lineage: its data covers W=512 only (and may be absent), so every
+    # one of its cells is a recorded skip naming why, never a failure
+    model = [r for r in rows if r["lineage"] == "model"]
+    assert len(model) == 2 * 4 and all(r["status"] == "skipped" and "lineage 'model'" in r["reason"] for r in model)
+    rows = [r for r in rows if r["lineage"] == "beam"]
     by = {(r["path"], int(r["W"]), int(r["T"])): r for r in rows}
     for path in ("onela", "controlled_fullstate", "controlled_fullstate_paper"):
         for T in (1, 3):
@@ -91,19 +96,27 @@ def test_width_cells_are_one_per_path_and_never_repeat_a_grid_cell():
     shapes = shape_cells(spec, CPU)
     hashes = [c["config_hash"] for s in shapes for c in s]
     assert len(hashes) == len(set(hashes))
-    grid = {c["config_hash"] for s in shapes[:2] for c in s}
-    width = [c for s in shapes[2:] for c in s]
+    # the grid on the run's lineage, the same grid on the recorded `model` lineage, then the width cells
+    assert [s[0]["lineage"] for s in shapes[:4]] == ["beam", "beam", "model", "model"]
+    assert [s[0]["T"] for s in shapes[2:4]] == spec.T and all(c["W"] == 3 for s in shapes[2:4] for c in s)
+    grid = {c["config_hash"] for s in shapes[:4] for c in s}
+    width = [c for s in shapes[4:] for c in s]
+    assert all(c["lineage"] == "beam" for c in width)
     assert {c["path"] for c in width} == set(spec.paths) and all(c["T"] == 2 and c["R"] == 1 for c in width)
     assert not grid & {c["config_hash"] for c in width}
     # a path whose plan falls back to the grid's W at a depth of the grid: that grid cell serves as its width cell
     same = validate(cfg_of(*CPU_RUN, "shape.T=[1,2]"))
-    assert "vllm_fullstate" not in {c["path"] for s in shape_cells(same, CPU)[2:] for c in s}
+    assert "vllm_fullstate" not in {c["path"] for s in shape_cells(same, CPU)[4:] for c in s}
+    # without depth_lineages the grid is the run's lineage alone
+    only = validate(cfg_of(*CPU_RUN, "beam_scaling.depth_lineages=[]"))
+    assert {c["lineage"] for s in shape_cells(only, CPU) for c in s} == {"beam"}
 
 
 @pytest.mark.parametrize("override,named", [
     ("beam_scaling.width_fill=0", "beam_scaling.width_fill"), ("beam_scaling.width_T=0", "beam_scaling.width_T"),
     ("beam_scaling.memory_bytes=0", "beam_scaling.memory_bytes"),
     ("beam_scaling.step_repeats=0", "beam_scaling.step_repeats"),
+    ("beam_scaling.depth_lineages=[model,greedy]", "beam_scaling.depth_lineages"),
 ])
 def test_bad_settings_fail_naming_the_key(override, named):
     with pytest.raises(ConfigError, match=f"config key {named}"):
