@@ -16,7 +16,7 @@ FP32 projection replay (`reference_replay`) would keep fp32 records growing to ~
 BeamResult.parents[t] (t >= 1) indexes the beams of decode call t - 1 from those of call t: the parents decode call
 t reads, the workload's parents row t; row 0 is zeros (every first beam's parent is the prompt), as the workload's
 ignored row 0. The first T rows are saved: a [T, R, W] int16 compressed .npz (`--output`, default the package's
-artifact/data/model.npz) with its provenance beside it (.json: preset, seed, prompt_len, path, R, W, T, O, git
+artifact/data/model.npz) with its provenance beside it (.json: preset, seed, prompt_len, path, dtype, R, W, T, O, git
 commit, torch version, device, the time it took, distinct ancestors per depth at the last step).
 """
 from __future__ import annotations
@@ -38,8 +38,10 @@ GPU_DEFAULTS = {"preset": "qwen3_5_0_8b", "R": 4, "W": 512, "O": 128, "prompt_le
 CPU_OUTPUT = Path("outputs/record_lineage/model_cpu.npz")
 
 
-def record(preset: str, R: int, W: int, O: int, prompt_len: int, seed: int, path: str, device) -> torch.Tensor:
-    """The parents [T, R, W] (T = O - 1; row 0 zeros) of one beam search of the seeded model on seeded prompts."""
+def search(preset: str, R: int, W: int, O: int, prompt_len: int, seed: int, path: str, device,
+           dtype: str = "bfloat16"):
+    """One beam search of O tokens of the seeded model (in `dtype`, the Fig 6 cells' bf16 by default) on seeded
+    prompts: (its BeamDecoder, its BeamResult)."""
     from artifact.model.cell import FullModelInputs
     from artifact.model.decode import BeamDecoder
     from artifact.paths import get_path
@@ -50,15 +52,21 @@ def record(preset: str, R: int, W: int, O: int, prompt_len: int, seed: int, path
     if not isinstance(O, int) or O < 2:
         raise ValueError(f"O={O!r}: must be an int >= 2 (T = O - 1 >= 1 decode calls)")
     T = O - 1
-    inputs = FullModelInputs(device)
+    inputs = FullModelInputs(device, dtype=dtype)
     model = inputs.model(preset, seed)
     reason = get_path(path).supports(model.cfg.geometry, Shape(R, W, T), torch.device(device))
     if reason:
         raise ValueError(f"path={path!r} cannot run R={R} W={W} T={T} here: {reason}")
     dec = BeamDecoder(model, path, R, W, T, prompt_len)
     dec.load_prompt(inputs.prompt(model, R, prompt_len, seed))
-    result = dec.run()
-    return result.parents[:T].to("cpu", torch.int32)
+    return dec, dec.run()
+
+
+def record(preset: str, R: int, W: int, O: int, prompt_len: int, seed: int, path: str, device,
+           dtype: str = "bfloat16") -> torch.Tensor:
+    """The parents [T, R, W] (T = O - 1; row 0 zeros) of that search: the parents decode call t read, t < T."""
+    dec, result = search(preset, R, W, O, prompt_len, seed, path, device, dtype)
+    return result.parents[:dec.T].to("cpu", torch.int32)
 
 
 def coalescence_lines(parents: torch.Tensor, seed: int = 0) -> list[str]:
@@ -91,6 +99,8 @@ def main(argv=None) -> int:
                     "reference_fullstate: exact FP32)")
     ap.add_argument("--output", type=Path, help=f"the .npz to write (default {lineage_file(NAME)}; --cpu "
                     f"{CPU_OUTPUT})")
+    ap.add_argument("--dtype", default="bfloat16", help="the model's weights and activations (default bfloat16, "
+                    "as the Fig 6 cells)")
     ap.add_argument("--cpu", action="store_true", help="a tiny run on the CPU (TINY preset, small R, W, O)")
     ap.add_argument("--coalescence", nargs="?", const=lineage_file(NAME), type=Path, metavar="FILE",
                     help="print distinct ancestors per depth of FILE (default the package's) vs the beam lineage")
@@ -111,11 +121,12 @@ def main(argv=None) -> int:
     output = a.output or (CPU_OUTPUT if a.cpu else lineage_file(NAME))
     device = "cpu" if a.cpu else "cuda"
     t0 = time.monotonic()
-    parents = record(preset, R, W, O, prompt_len, a.seed, a.path, device)
+    parents = record(preset, R, W, O, prompt_len, a.seed, a.path, device, a.dtype)
     seconds = time.monotonic() - t0
     from artifact.results import git_commit
     per_depth = distinct_ancestors(parents).double().mean(0)
     meta = {"lineage": NAME, "preset": preset, "seed": a.seed, "prompt_len": prompt_len, "path": a.path, "O": O,
+            "dtype": a.dtype,
             "git_commit": git_commit(), "torch": torch.__version__, "python": platform.python_version(),
             "device": torch.cuda.get_device_name() if device == "cuda" else "cpu", "seconds": round(seconds, 1),
             "command": "python -m tools.record_lineage " + " ".join(sys.argv[1:] if argv is None else argv),
