@@ -112,12 +112,25 @@ def main(argv=None) -> int:
         parents, meta = load_lineage(a.coalescence)
         print("\n".join(coalescence_lines(parents, int(meta.get("seed", 0)))))
         return 0
-    if not a.cpu and not torch.cuda.is_available():
-        print("tools.record_lineage records on a CUDA GPU; --cpu runs a tiny search here", file=sys.stderr)
-        return 2
     d = CPU_DEFAULTS if a.cpu else GPU_DEFAULTS
-    R, W, O = a.R or d["R"], a.W or d["W"], a.O or d["O"]
-    prompt_len, preset = a.prompt_len or d["prompt_len"], a.preset or d["preset"]
+    pick = lambda given, key: d[key] if given is None else given       # noqa: E731
+    R, W, O, prompt_len = pick(a.R, "R"), pick(a.W, "W"), pick(a.O, "O"), pick(a.prompt_len, "prompt_len")
+    preset = pick(a.preset, "preset")
+    for flag, val, low in (("--R", R, 1), ("--W", W, 1), ("--O", O, 2), ("--prompt-len", prompt_len, 1)):
+        if val < low:
+            ap.error(f"{flag} {val}: must be >= {low}")
+    if W > 32768:
+        ap.error(f"--W {W}: the file keeps int16 parents, W <= 32768")
+    from artifact.model.config import MODELS
+    from artifact.registry import PATHS
+    if preset not in MODELS:
+        ap.error(f"--preset {preset}: unknown; known: {', '.join(MODELS)}")
+    if a.path not in PATHS:
+        ap.error(f"--path {a.path}: not a registered path; registered: {', '.join(PATHS)}")
+    if not a.cpu and not torch.cuda.is_available():
+        print("tools.record_lineage needs a CUDA GPU for the default search; --cpu runs a tiny one here",
+              file=sys.stderr)
+        return 2
     output = a.output or (CPU_OUTPUT if a.cpu else lineage_file(NAME))
     device = "cpu" if a.cpu else "cuda"
     t0 = time.monotonic()
