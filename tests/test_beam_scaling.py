@@ -162,22 +162,25 @@ FAKE_FIT = {"onela": (0.02, 0.003), "controlled_fullstate": (0.9, 0.0), "vllm_fu
 FAKE_OS = (2, 3, 4, 5, 7, 8, 12, 16, 24, 32)
 
 
-def fake_beam_rows(root: Path, fits: dict = FAKE_FIT, Os=FAKE_OS) -> Path:
+def fake_beam_rows(root: Path, fits: dict = FAKE_FIT, Os=FAKE_OS, model_fits: dict | None = None) -> Path:
     """beam_scaling.csv and its side tables with FAKE per-step times a + b t (t = O - 2) exactly, step 0 off the
-    line (it is left out of the fit), and one width cell per path."""
+    line (it is left out of the fit), and one width cell per path; with `model_fits`, the depth rows again on the
+    `model` lineage with those lines."""
     rows, steps, width = [], [], []
     limits = {"onela": (756825, 117056), "controlled_fullstate": (14200, 13696), "vllm_fullstate": (1023, 960)}
-    for path, (a, b) in fits.items():
+    depth = [("beam", p, ab) for p, ab in fits.items()] + [("model", p, ab) for p, ab in (model_fits or {}).items()]
+    for lineage, path, (a, b) in depth:
         for O in Os:
             T, t = O - 1, O - 2
             step = a + b * t if t else 0.5 * a
             row = dict(suite="beam_scaling", path=path, geometry="qwen3_5_0_8b", R=4, W=512, T=T, O=O, HK=16, HV=16,
-                       K=128, V=128, prompt_len=1024, lineage="beam", seed=0, status="ok", latency_ms=T * a + b * t * T / 2,
+                       K=128, V=128, prompt_len=1024, lineage=lineage, seed=0, status="ok", latency_ms=T * a + b * t * T / 2,
                        floor_ms=T * a / 3, max_abs_err=1e-4, tolerance=4.88e-4, run_id="fake-run", git_commit="fake")
             row["config_hash"] = config_hash(row)
             rows.append(row)
             steps.append(dict(config_hash=row["config_hash"], run_id="fake-run", path=path, status="ok", step=t,
                               step_ms=step, step_p20_ms=step * 0.98, step_p80_ms=step * 1.02, step_floor_ms=step / 4))
+    for path in fits:
         cap, W = limits[path]
         row = dict(suite="beam_scaling", path=path, geometry="qwen3_5_0_8b", R=4, W=W, T=6, O=7, HK=16, HV=16, K=128,
                    V=128, prompt_len=1024, lineage="beam", seed=0, status="ok", latency_ms=W * 1e-3, max_abs_err=1e-4,
@@ -251,6 +254,28 @@ def test_report_section_with_and_without_rows(tmp_path):
     assert "| OneLA | " in text and "| 20 + 3 t |" in text and "| 900 + 0 t |" in text  # per-step table, fit (us)
     assert "756,825" in text and "117,056 (15% of the limit)" in text  # width: limit and the measured cell
     assert "## Depth and width scaling (beyond the paper)" in report.build(load_results(full))
+
+
+def test_lineages_are_never_mixed_in_one_line(tmp_path):
+    """Depth rows of the beam and the model lineage: the figure draws one line per (path, lineage), the crossover
+    and REPORT's tables are per lineage, and a lineage's fit is its own rows' alone."""
+    setup()
+    res = load_results(fake_beam_rows(tmp_path, model_fits={"onela": (0.02, 0.001),
+                                                             "controlled_fullstate": (0.9, 0.0)}))
+    depth = fig.depth_table(res)
+    assert fig.lineages(depth) == ["beam", "model"]
+    model = fig.crossovers(fig.of_lineage(depth, "model"))
+    assert [c.path for c in model] == ["controlled_fullstate"] and model[0].t == pytest.approx((0.9 - 0.02) / 0.001)
+    f = fig.draw(res)
+    for ax in f.axes[:2]:
+        labels = ax.get_legend_handles_labels()[1]
+        assert len(labels) == 5 and sorted(lb for lb in labels if ", model lineage" in lb) == [
+            "Controlled FullState (index mode), model lineage", "OneLA, model lineage"], labels
+    text = "\n".join(fig.report_lines(res))
+    beam, model_text = text.split("(`lineage=model`)")
+    assert "(`lineage=beam`)" in beam and "| 20 + 3 t |" in beam and "| 20 + 1 t |" not in beam
+    assert "| 20 + 1 t |" in model_text and "fitted: t = 880 (O = 882)" in model_text
+    assert "| 20 + 3 t |" not in model_text.split("Width:")[0]
 
 
 def test_max_abs_err_in_chunks_is_the_whole_max(monkeypatch):
