@@ -10,7 +10,7 @@ _.FlaFullStatePaperPath
 
 # Hydra: the launcher configs' callback (sweeps/conf/launcher/*.yaml) and its hook; a suite's `description`
 # (sweeps/conf/suite/*.yaml); the beam_scaling runner's shape enumerator ("module:function" in sweeps/runners.py).
-_.MergeShardsCallback, _.on_multirun_end, _.description, _.width_shapes
+_.MergeShardsCallback, _.on_multirun_end, _.description, _.extra_shapes
 
 # transformers' cache protocol (kernels/onela/transformers.py): generate calls these by name.
 _.reorder_cache, _.get_seq_length, _.layer_idx

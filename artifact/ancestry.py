@@ -58,3 +58,28 @@ class AncestryIndex:
     @property
     def nbytes(self) -> int:
         return self.table.numel() * self.table.element_size()
+
+
+def distinct_per_depth(table: torch.Tensor, depth: int) -> torch.Tensor:
+    """Distinct records each request's live beams replay at every depth j < `depth`: int64 [R, depth], entry
+    [r, j] = the number of distinct values of table[r, :, j] (an ancestry table [R, W, >= depth]). A record
+    several beams share counts once: this is what a step reads of the GTR store (artifact.cost)."""
+    if table.dim() != 3 or not 0 <= depth <= table.shape[2]:
+        raise ValueError(f"distinct_per_depth: table {tuple(table.shape)} must be [R, W, T] with depth={depth} <= T")
+    cols = table[:, :, :depth].sort(dim=1).values
+    return 1 + (cols[:, 1:] != cols[:, :-1]).sum(dim=1, dtype=torch.int64)
+
+
+def distinct_ancestors(parents: torch.Tensor, step: int | None = None) -> torch.Tensor:
+    """How fast a lineage's beams coalesce: for the W live beams of step `step` (default T - 1, the last) of
+    parents [T, R, W] (row 0 ignored), the number of distinct ancestors at each depth j < step, int64 [R, step].
+    W at every depth means no two beams share an ancestor; 1 means they all descend from one beam there."""
+    T = parents.shape[0]
+    step = T - 1 if step is None else step
+    if parents.dim() != 3 or not 0 <= step < T:
+        raise ValueError(f"distinct_ancestors: parents {tuple(parents.shape)} must be [T, R, W], step={step} in [0, {T})")
+    R, W = parents.shape[1:]
+    table = torch.zeros(R, W, max(T, 1), dtype=torch.int32, device=parents.device)
+    for t in range(1, step + 1):
+        table = advance(table, parents[t], t)
+    return distinct_per_depth(table, step)

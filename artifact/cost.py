@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 
 from artifact.ancestry import advance as advance_ancestry
+from artifact.ancestry import distinct_per_depth
 
 FP32 = "fp32_flop_per_s"
 TF32 = "tf32_flop_per_s"
@@ -185,9 +186,7 @@ class ProjectionReplay(Algorithm):
                 anc = advance_ancestry(anc, parents[t], t)
             read = R * W * (token_input_bytes(geo, esz) + 4)                    # inputs and parent index
             read += R * geo.state_bytes                                          # S_ctx
-            for j in range(t):
-                distinct = sum(anc[r, :, j].unique().numel() for r in range(R))
-                read += distinct * (rec_v + rec_k)                               # replayed GTRs
+            read += int(distinct_per_depth(anc, t).sum()) * (rec_v + rec_k)     # replayed GTRs
             steps.append((read, R * W * (geo.hv * geo.v * esz + rec_v + rec_k + t * 4 * 2)))  # o, GTR, ancestry
         return steps
 

@@ -12,14 +12,32 @@ random prompt with the same distributions, so error bounds are measured at a pos
 from __future__ import annotations
 
 import dataclasses
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from artifact.gdn import gdn_step, normed_qk, per_value_head
 
+# The synthetic lineages, drawn from the seed at any (R, W, T): tests and suites iterate these.
 LINEAGES = ("beam", "identity", "single_parent", "reversed")
+# The recorded lineages, by name: the parents a real beam search chose, loaded from a data file of this package
+# (`LINEAGE_DATA_DIR/<name>.npz`, provenance in `<name>.json`). A file covers its recorded (T, R) and exactly its
+# recorded W, so these are accepted by name and never iterated with the synthetic ones: a cell the file does not
+# cover, or a missing file, is refused with `LineageUnavailable` (a suite records it as a skip).
+RECORDED_LINEAGES = {
+    "model": "python -m tools.record_lineage",   # Qwen3.5-0.8B's own beam search (tools/record_lineage.py)
+}
+KNOWN_LINEAGES = LINEAGES + tuple(RECORDED_LINEAGES)
+LINEAGE_DATA_DIR = Path(__file__).resolve().parent / "data"
+
+
+class LineageUnavailable(ValueError):
+    """A recorded lineage that cannot serve a workload: its data file is missing, or it does not cover the
+    workload's T, R or W. The message names the file, the values and the command that records it."""
 
 
 @dataclass(frozen=True)
@@ -183,8 +201,74 @@ def validate_workload(wl: Workload) -> None:
         lo, hi = int(p.min()), int(p.max())
         if lo < 0 or hi >= W:
             raise ValueError(f"parents out of range: values in [{lo}, {hi}], must be in [0, {W - 1}] (W={W})")
-    if wl.lineage not in LINEAGES:
-        raise ValueError(f"unknown lineage {wl.lineage!r}; known: {', '.join(LINEAGES)}")
+    if wl.lineage not in KNOWN_LINEAGES:
+        raise ValueError(f"unknown lineage {wl.lineage!r}; known: {', '.join(KNOWN_LINEAGES)}")
+
+
+def lineage_file(name: str) -> Path:
+    """The data file of recorded lineage `name` (ValueError naming it where it is not a recorded lineage)."""
+    if name not in RECORDED_LINEAGES:
+        raise ValueError(f"{name!r} is not a recorded lineage; recorded: {', '.join(RECORDED_LINEAGES)}")
+    return LINEAGE_DATA_DIR / f"{name}.npz"
+
+
+def save_lineage(path: Path, parents: torch.Tensor, provenance: dict) -> None:
+    """Write a recorded lineage: parents [T, R, W] (row 0 zeros: the workload's convention) as int16 in a
+    compressed .npz at `path`, and `provenance` (with T, R, W added) as JSON beside it (same stem, .json)."""
+    path = Path(path)
+    if parents.dim() != 3:
+        raise ValueError(f"parents must be [T, R, W], got shape {tuple(parents.shape)}")
+    T, R, W = parents.shape
+    if W > 32768:
+        raise ValueError(f"W={W}: int16 parents hold W <= 32768")
+    p = parents.detach().to("cpu", torch.int64)
+    if T > 1 and (int(p[1:].min()) < 0 or int(p[1:].max()) >= W):
+        raise ValueError(f"parents out of range: values in [{int(p[1:].min())}, {int(p[1:].max())}], W={W}")
+    p[0] = 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.savez_compressed(path, parents=p.numpy().astype(np.int16))
+    meta = {**provenance, "T": T, "R": R, "W": W}
+    path.with_suffix(".json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def load_lineage(path: Path) -> tuple[torch.Tensor, dict]:
+    """A recorded lineage's parents int32 [T, R, W] and its provenance (the JSON beside it; {} if absent)."""
+    path = Path(path)
+    with np.load(path) as data:
+        parents = torch.from_numpy(data["parents"].astype(np.int32))
+    meta = path.with_suffix(".json")
+    return parents, (json.loads(meta.read_text()) if meta.exists() else {})
+
+
+def recorded_parents(name: str, T: int, R: int, W: int) -> torch.Tensor:
+    """The first T steps and R requests of recorded lineage `name`, int32 [T, R, W] on the CPU; LineageUnavailable
+    naming the file and the command that records it where the file is missing, and naming the values where it
+    does not cover T or R, or was recorded at another W (a search of other width chooses other parents)."""
+    path = lineage_file(name)
+    command = RECORDED_LINEAGES[name]
+    if not path.exists():
+        raise LineageUnavailable(f"lineage {name!r}: its data file {path} is missing; record it on a GPU with "
+                                 f"`{command}` (tools/record_lineage.py)")
+    parents, _ = load_lineage(path)
+    Tr, Rr, Wr = parents.shape
+    if W != Wr:
+        raise LineageUnavailable(f"lineage {name!r} ({path.name}) was recorded at W={Wr}: W={W} is not covered "
+                                 f"(W must equal the recorded width); `{command} --W {W}` records another")
+    if T > Tr or R > Rr:
+        raise LineageUnavailable(f"lineage {name!r} ({path.name}) covers T <= {Tr}, R <= {Rr}: T={T}, R={R} is not "
+                                 f"covered; `{command} --O {max(T, Tr) + 1} --R {max(R, Rr)}` records a larger one")
+    return parents[:T, :R].contiguous()
+
+
+def lineage_unavailable(name: str, T: int, R: int, W: int) -> str | None:
+    """Why lineage `name` cannot serve a (T, R, W) workload, or None: a synthetic lineage always can."""
+    if name not in RECORDED_LINEAGES:
+        return None
+    try:
+        recorded_parents(name, T, R, W)
+    except LineageUnavailable as e:
+        return str(e)
+    return None
 
 
 def _gates(gen: torch.Generator, n_tokens_shape, hv: int, head_params, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -290,12 +374,14 @@ def make_workload(geometry: Geometry | str, R: int, W: int, T: int, lineage: str
     """Seeded workload for every path: the same (geometry, R, W, T, lineage, seed, device) gives the same tensors.
 
     `s_ctx` depends only on (geometry, R, seed, prompt_len, device), so cells that differ in W, T or lineage
-    start from the same post-prefill state.
+    start from the same post-prefill state. A recorded lineage (RECORDED_LINEAGES) takes its first T steps and
+    R requests from its data file (`recorded_parents`; LineageUnavailable where the file does not cover them).
     """
     geo = get_geometry(geometry)
     Shape(R, W, T)  # validates R, W, T
-    if lineage not in LINEAGES:
-        raise ValueError(f"unknown lineage {lineage!r}; known: {', '.join(LINEAGES)}")
+    if lineage not in KNOWN_LINEAGES:
+        raise ValueError(f"unknown lineage {lineage!r}; known: {', '.join(KNOWN_LINEAGES)}")
+    recorded = recorded_parents(lineage, T, R, W) if lineage in RECORDED_LINEAGES else None
     if dtype not in (torch.bfloat16, torch.float16, torch.float32, torch.float64):
         raise ValueError(f"unsupported input dtype {dtype}")
     if not isinstance(candidates, int) or candidates < 1:
@@ -315,5 +401,7 @@ def make_workload(geometry: Geometry | str, R: int, W: int, T: int, lineage: str
     k = torch.randn(T, R, W, geo.hk, geo.k, generator=gen, device=device).to(dtype)
     v = (torch.randn(T, R, W, geo.hv, geo.v, generator=gen, device=device) * v_scale).to(dtype)
     g, beta = _gates(gen, (T, R, W), geo.hv, heads, device)
-    parents = _lineage(lineage, gen, T, R, W, candidates, device)
+    # A recorded lineage replaces only the parents: the inputs are the ones the synthetic lineages get at the same
+    # (seed, W, T), drawn before the parents, so a `beam` and a `model` workload differ in their beam tree alone.
+    parents = recorded.to(device) if recorded is not None else _lineage(lineage, gen, T, R, W, candidates, device)
     return Workload(geo, q, k, v, g, beta, parents, s_ctx, lineage=lineage, seed=seed, prompt_len=prompt_len)

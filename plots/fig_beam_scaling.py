@@ -28,6 +28,10 @@ STEPS_CSV, WIDTH_CSV = "beam_scaling_steps.csv", "beam_scaling_width.csv"
 NOT_MEASURED = "not measured yet"
 COMMAND = "python -m sweeps.run suite=beam_scaling"
 FIT_FROM = 1          # the fit leaves out step 0: it reads S_ctx (and holds the reset), not parent states
+BASE_LINEAGE = "beam"  # the synthetic lineage of every depth and width cell; others run the depth grid again
+LINEAGE_LABELS = {"beam": "synthetic beam lineage",
+                  "model": "model lineage (Qwen3.5-0.8B's own beam search, recorded)"}
+LINEAGE_STYLE = {"beam": dict(linestyle="-", marker="o"), "model": dict(linestyle="-.", marker="s")}
 
 
 def is_fullstate(path: str) -> bool:
@@ -63,7 +67,22 @@ def depth_table(res: Results) -> pd.DataFrame:
     ok_steps = (df["side_status"] == "ok") & np.isfinite(df["step_ms"]) & (df["step_ms"] > 0)
     df.loc[~ok_steps, ["step_ms", "step_p20_ms", "step_p80_ms"]] = np.nan
     df["t"] = df["T"] - 1
-    return df.sort_values(["path", "O"]).reset_index(drop=True)
+    return df.sort_values(["lineage", "path", "O"]).reset_index(drop=True)
+
+
+def lineages(depth: pd.DataFrame) -> list[str]:
+    """The lineages of the depth rows, the synthetic `beam` first: each is its own set of lines, never mixed."""
+    found = sorted(set(depth["lineage"])) if len(depth) else []
+    return sorted(found, key=lambda x: (x != BASE_LINEAGE, x))
+
+
+def of_lineage(depth: pd.DataFrame, lineage: str) -> pd.DataFrame:
+    """The depth rows of one lineage."""
+    return depth[depth["lineage"] == lineage] if len(depth) else depth
+
+
+def lineage_label(lineage: str) -> str:
+    return LINEAGE_LABELS.get(lineage, f"lineage {lineage}")
 
 
 def width_table(res: Results) -> pd.DataFrame:
@@ -122,7 +141,8 @@ class Crossover:
 
 
 def crossover(depth: pd.DataFrame, fullstate: str) -> Crossover:
-    """Crossover of OneLA's per-step latency with `fullstate`'s (Crossover's kinds) from depth_table rows."""
+    """Crossover of OneLA's per-step latency with `fullstate`'s (Crossover's kinds) from depth_table rows of one
+    lineage (of_lineage)."""
     one = depth[(depth["path"] == "onela")].set_index("t")["step_ms"].dropna()
     fs = depth[(depth["path"] == fullstate)].set_index("t")["step_ms"].dropna()
     one, fs = one[~one.index.duplicated(keep="last")], fs[~fs.index.duplicated(keep="last")]
@@ -151,7 +171,8 @@ def crossover(depth: pd.DataFrame, fullstate: str) -> Crossover:
 
 
 def crossovers(depth: pd.DataFrame) -> list[Crossover]:
-    """One Crossover per FullState path with per-step times, the earliest first: the first is the best FullState
+    """One Crossover per FullState path with per-step times in depth_table rows of one lineage (of_lineage), the
+    earliest first: the first is the best FullState
     path's (the one OneLA's per-step latency reaches at the smallest depth; by its fitted per-step latency at
     the deepest common depth where none is reached)."""
     if not len(depth) or not (depth["path"] == "onela").any():
@@ -171,22 +192,39 @@ def crossovers(depth: pd.DataFrame) -> list[Crossover]:
 
 # ---------------------------------------------------------------- the figure
 
+def _style(lineage: str) -> dict:
+    return LINEAGE_STYLE.get(lineage, dict(linestyle=":", marker="^"))
+
+
+def _label(path: str, lineage: str) -> str:
+    return display_name(path) if lineage == BASE_LINEAGE else f"{display_name(path)}, {lineage} lineage"
+
+
+def _floor_style(lineage: str) -> dict:
+    """Floors dashed; another lineage's floors dotted and fainter, so they read apart from the beam lineage's."""
+    return dict(linestyle="--", alpha=0.8) if lineage == BASE_LINEAGE else dict(linestyle=(0, (1, 2)), alpha=0.6)
+
+
 def _depth_panel(ax, depth: pd.DataFrame, best: Crossover | None) -> None:
+    """One line per (path, lineage): a lineage's lines are never joined with another's. The crossover drawn is the
+    beam lineage's (REPORT states each lineage's)."""
     ax.set_title("(a) per-step latency vs depth (last step of an O-token decode)")
     steps = depth[depth["step_ms"].notna()] if len(depth) else depth
     if not len(steps):
         no_data(ax, f"no ok per-step rows\n(results/{STEPS_CSV}: {COMMAND})")
         return
-    for p in ordered(steps["path"].unique()):
-        d = steps[steps["path"] == p].sort_values("O")
-        line = ax.errorbar(d["O"], d["step_ms"], yerr=[d["step_ms"] - d["step_p20_ms"],
-                                                       d["step_p80_ms"] - d["step_ms"]],
-                           marker="o", markersize=3.5, linewidth=1.3, capsize=2, color=colour(p),
-                           label=display_name(p))
-        mark_series(line.lines[:1], p)
-        fl = d[np.isfinite(d["step_floor_ms"])]
-        if len(fl):
-            ax.plot(fl["O"], fl["step_floor_ms"], linestyle="--", linewidth=0.9, color=colour(p), alpha=0.8)
+    for lin in lineages(steps):
+        sl = of_lineage(steps, lin)
+        for p in ordered(sl["path"].unique()):
+            d = sl[sl["path"] == p].sort_values("O")
+            line = ax.errorbar(d["O"], d["step_ms"], yerr=[d["step_ms"] - d["step_p20_ms"],
+                                                           d["step_p80_ms"] - d["step_ms"]],
+                               markersize=3.5, linewidth=1.3, capsize=2, color=colour(p), label=_label(p, lin),
+                               **_style(lin))
+            mark_series(line.lines[:1], p)
+            fl = d[np.isfinite(d["step_floor_ms"])]
+            if len(fl):
+                ax.plot(fl["O"], fl["step_floor_ms"], linewidth=0.9, color=colour(p), **_floor_style(lin))
     o_max = float(steps["O"].max())
     if best is not None and best.onela_fit and best.fullstate_fit:
         far = best.O if best.kind in ("measured", "fitted") and best.O <= 4 * o_max else o_max
@@ -217,14 +255,16 @@ def _cumulative_panel(ax, depth: pd.DataFrame) -> None:
     if not len(depth):
         no_data(ax, f"no ok beam_scaling rows\n(results/{SUITE}.csv: {COMMAND})")
         return
-    for p in ordered(depth["path"].unique()):
-        d = depth[depth["path"] == p].sort_values("O")
-        line, = ax.plot(d["O"], d["latency_ms"], marker="o", markersize=3.5, linewidth=1.3, color=colour(p),
-                        label=display_name(p))
-        mark_series([line], p)
-        fl = d[np.isfinite(d["floor_ms"])]
-        if len(fl):
-            ax.plot(fl["O"], fl["floor_ms"], linestyle="--", linewidth=0.9, color=colour(p), alpha=0.8)
+    for lin in lineages(depth):
+        dl = of_lineage(depth, lin)
+        for p in ordered(dl["path"].unique()):
+            d = dl[dl["path"] == p].sort_values("O")
+            line, = ax.plot(d["O"], d["latency_ms"], markersize=3.5, linewidth=1.3, color=colour(p),
+                            label=_label(p, lin), **_style(lin))
+            mark_series([line], p)
+            fl = d[np.isfinite(d["floor_ms"])]
+            if len(fl):
+                ax.plot(fl["O"], fl["floor_ms"], linewidth=0.9, color=colour(p), **_floor_style(lin))
     ax.set_yscale("log")
     plain_log(ax)
     ax.set_xlabel("output tokens O (T = O - 1 decode steps)")
@@ -260,9 +300,13 @@ def _width_panel(ax, width: pd.DataFrame) -> None:
 
 def draw(res: Results):
     depth, width = depth_table(res), width_table(res)
-    found = crossovers(depth) if len(depth) else []
+    found = crossovers(of_lineage(depth, BASE_LINEAGE)) if len(depth) else []
     fig, axes = plt.subplots(1, 3, figsize=(18, 5.4))
-    fig.suptitle("Depth and width scaling (not a paper figure): Qwen3.5-0.8B GDN geometry, depth at R=4 W=512")
+    others = [x for x in lineages(depth) if x != BASE_LINEAGE]
+    also = f"; also on the {', '.join(others)} lineage ({'/'.join(_style(x)['linestyle'] for x in others)})" \
+        if others else ""
+    fig.suptitle("Depth and width scaling (not a paper figure): Qwen3.5-0.8B GDN geometry, depth at R=4 W=512 "
+                 f"on the synthetic beam lineage{also}")
     _depth_panel(axes[0], depth, found[0] if found else None)
     _cumulative_panel(axes[1], depth)
     _width_panel(axes[2], width)
@@ -303,17 +347,9 @@ def _table(header: list[str], rows: list[list]) -> list[str]:
     return out + ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
 
 
-def report_lines(res: Results) -> list[str]:
-    """REPORT.md's section: per-step latency by depth with its fit, the crossover with each FullState path
-    (measured or fitted, said which), and the width cells with each path's limit."""
-    depth, width = depth_table(res), width_table(res)
-    if not len(depth) and not len(width):
-        return [f"Depth and width scaling: {NOT_MEASURED} (`{COMMAND}` writes `{SUITE}.csv`, `{STEPS_CSV}` and "
-                f"`{WIDTH_CSV}`)."]
-    out = ["Beyond the paper: OneLA replays every ancestral record at every step, so its per-step work grows "
-           "with depth while FullState's does not; its capacity grows with W x depth, FullState's with "
-           "W x V x K. Per-step latency is the last step of an O-token decode (t = O - 2), each step timed on "
-           "its own in a decode replayed step by step, gated like the whole decode (docs/methods.md §10)."]
+def _depth_lines(depth: pd.DataFrame) -> list[str]:
+    """REPORT's per-step and cumulative tables and crossovers of the depth rows of one lineage."""
+    out = []
     steps = depth[depth["step_ms"].notna()] if len(depth) else depth
     if len(steps):
         Os = sorted(steps["O"].unique())
@@ -343,6 +379,41 @@ def report_lines(res: Results) -> list[str]:
                                              f"{_ms(d['floor_ms'].get(o, np.nan))}" for o in Os)])
         out += ["", "Cumulative latency of the whole O-token decode / its floor (ms):", "",
                 *_table(["path", *(f"O={int(o)}" for o in Os)], rows)]
+    return out
+
+
+def _unmeasured_lineages(res: Results, measured: list[str]) -> list[str]:
+    """A line per lineage of the suite's depth rows with no ok row: how many cells, and why (their first reason)."""
+    rows = res.suites.get(SUITE)
+    if rows is None or not len(rows) or "lineage" not in rows:
+        return []
+    out = []
+    for lin in sorted(set(rows["lineage"]) - set(measured)):
+        d = rows[rows["lineage"] == lin]
+        reasons = [r for r in d["reason"].astype(str) if r and r != "nan"]
+        why = f": {reasons[0]}" if reasons else ""
+        out.append(f"- {lineage_label(lin)} (`{lin}`): no ok depth cell; {len(d)} recorded as "
+                   f"{', '.join(sorted(set(d['status'])))}{why}")
+    return out
+
+
+def report_lines(res: Results) -> list[str]:
+    """REPORT.md's section: per lineage, per-step latency by depth with its fit, the crossover with each FullState
+    path (measured or fitted, said which) and the cumulative latency; then the width cells with each path's limit."""
+    depth, width = depth_table(res), width_table(res)
+    if not len(depth) and not len(width):
+        return [f"Depth and width scaling: {NOT_MEASURED} (`{COMMAND}` writes `{SUITE}.csv`, `{STEPS_CSV}` and "
+                f"`{WIDTH_CSV}`)."]
+    out = ["Beyond the paper: OneLA replays every ancestral record at every step, so its per-step work grows "
+           "with depth while FullState's does not; its capacity grows with W x depth, FullState's with "
+           "W x V x K. Per-step latency is the last step of an O-token decode (t = O - 2), each step timed on "
+           "its own in a decode replayed step by step, gated like the whole decode (docs/methods.md §10)."]
+    for lin in lineages(depth):
+        out += ["", f"**{lineage_label(lin)}** (`lineage={lin}`), depth cells at R=4 W=512:"]
+        out += _depth_lines(of_lineage(depth, lin))
+    missing = _unmeasured_lineages(res, lineages(depth))
+    if missing:
+        out += ["", "Lineages of the depth grid without an ok cell:", "", *missing]
     if len(width):
         rows = []
         for _, r in width.iterrows():

@@ -26,7 +26,7 @@ RUNNER_SETTINGS: dict[str, str] = {
 # A runner whose suite has cells beyond its R x W x T grid: (spec, device) -> more shapes, each a list of cells
 # made by sweeps.spec.make_cell, enumerated after the grid's (e.g. one width cell per path at that path's limit).
 RUNNER_SHAPES: dict[str, str] = {
-    "beam_scaling": "sweeps.suites.beam_scaling:width_shapes",
+    "beam_scaling": "sweeps.suites.beam_scaling:extra_shapes",
 }
 
 

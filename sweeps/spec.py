@@ -20,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from artifact.paths import PATHS
 from artifact.results import COLUMNS, config_hash
-from artifact.workload import GEOMETRIES, LINEAGES, Geometry, default_prompt_len
+from artifact.workload import GEOMETRIES, KNOWN_LINEAGES, Geometry, default_prompt_len
 
 REDO_STATUSES = ("failed", "skipped")
 DEVICES = ("auto", "cuda", "cpu")
@@ -179,8 +179,8 @@ def validate(cfg: DictConfig) -> SweepSpec:
         if p.target != PATHS[name]:
             raise _bad(f"path.{name}.target", p.target, f"the registry says {PATHS[name]!r}")
 
-    if cfg.lineage not in LINEAGES:
-        raise _bad("lineage", cfg.lineage, f"unknown lineage; known: {', '.join(LINEAGES)}")
+    if cfg.lineage not in KNOWN_LINEAGES:
+        raise _bad("lineage", cfg.lineage, f"unknown lineage; known: {', '.join(KNOWN_LINEAGES)}")
     if cfg.seed < 0:
         raise _bad("seed", cfg.seed, "must be >= 0")
     if not (math.isfinite(cfg.tolerance) and cfg.tolerance > 0):
@@ -239,10 +239,11 @@ def _runner_settings(cfg: DictConfig) -> dict:
 
 
 def make_cell(spec: SweepSpec, path: str, geo_name: str, geo: Geometry, R: int, W: int, T: int,
-              prompt_len: int) -> dict:
-    """One cell: its defining fields and its config_hash (hashed with the suite's join key)."""
+              prompt_len: int, lineage: str | None = None) -> dict:
+    """One cell: its defining fields and its config_hash (hashed with the suite's join key); `lineage` (default
+    the run's) lets a runner add cells of another lineage (beam_scaling's depth_lineages)."""
     cell = dict(suite=spec.suite, path=path, geometry=geo_name, R=R, W=W, T=T, O=T + 1, HK=geo.hk, HV=geo.hv,
-                K=geo.k, V=geo.v, prompt_len=prompt_len, lineage=spec.lineage, seed=spec.seed,
+                K=geo.k, V=geo.v, prompt_len=prompt_len, lineage=lineage or spec.lineage, seed=spec.seed,
                 tolerance=spec.tolerance)
     cell["config_hash"] = config_hash({**cell, "join_key": spec.join_key})
     return cell

@@ -52,6 +52,11 @@ def test_suite_runs_on_cpu_through_the_entry_point(tmp_path, capsys):
     spec = validate(cfg_of(*CPU_RUN))
     cells = [c for s in shape_cells(spec, CPU) for c in s]
     assert sorted(r["config_hash"] for r in rows) == sorted(c["config_hash"] for c in cells)
+    # the depth grid again on the recorded `model` lineage: its data covers W=512 only (and may be absent), so every
+    # one of its cells is a recorded skip naming why, never a failure
+    model = [r for r in rows if r["lineage"] == "model"]
+    assert len(model) == 2 * 4 and all(r["status"] == "skipped" and "lineage 'model'" in r["reason"] for r in model)
+    rows = [r for r in rows if r["lineage"] == "beam"]
     by = {(r["path"], int(r["W"]), int(r["T"])): r for r in rows}
     for path in ("onela", "controlled_fullstate", "controlled_fullstate_paper"):
         for T in (1, 3):
@@ -91,19 +96,27 @@ def test_width_cells_are_one_per_path_and_never_repeat_a_grid_cell():
     shapes = shape_cells(spec, CPU)
     hashes = [c["config_hash"] for s in shapes for c in s]
     assert len(hashes) == len(set(hashes))
-    grid = {c["config_hash"] for s in shapes[:2] for c in s}
-    width = [c for s in shapes[2:] for c in s]
+    # the grid on the run's lineage, the same grid on the recorded `model` lineage, then the width cells
+    assert [s[0]["lineage"] for s in shapes[:4]] == ["beam", "beam", "model", "model"]
+    assert [s[0]["T"] for s in shapes[2:4]] == spec.T and all(c["W"] == 3 for s in shapes[2:4] for c in s)
+    grid = {c["config_hash"] for s in shapes[:4] for c in s}
+    width = [c for s in shapes[4:] for c in s]
+    assert all(c["lineage"] == "beam" for c in width)
     assert {c["path"] for c in width} == set(spec.paths) and all(c["T"] == 2 and c["R"] == 1 for c in width)
     assert not grid & {c["config_hash"] for c in width}
     # a path whose plan falls back to the grid's W at a depth of the grid: that grid cell serves as its width cell
     same = validate(cfg_of(*CPU_RUN, "shape.T=[1,2]"))
-    assert "vllm_fullstate" not in {c["path"] for s in shape_cells(same, CPU)[2:] for c in s}
+    assert "vllm_fullstate" not in {c["path"] for s in shape_cells(same, CPU)[4:] for c in s}
+    # without depth_lineages the grid is the run's lineage alone
+    only = validate(cfg_of(*CPU_RUN, "beam_scaling.depth_lineages=[]"))
+    assert {c["lineage"] for s in shape_cells(only, CPU) for c in s} == {"beam"}
 
 
 @pytest.mark.parametrize("override,named", [
     ("beam_scaling.width_fill=0", "beam_scaling.width_fill"), ("beam_scaling.width_T=0", "beam_scaling.width_T"),
     ("beam_scaling.memory_bytes=0", "beam_scaling.memory_bytes"),
     ("beam_scaling.step_repeats=0", "beam_scaling.step_repeats"),
+    ("beam_scaling.depth_lineages=[model,greedy]", "beam_scaling.depth_lineages"),
 ])
 def test_bad_settings_fail_naming_the_key(override, named):
     with pytest.raises(ConfigError, match=f"config key {named}"):
@@ -149,22 +162,25 @@ FAKE_FIT = {"onela": (0.02, 0.003), "controlled_fullstate": (0.9, 0.0), "vllm_fu
 FAKE_OS = (2, 3, 4, 5, 7, 8, 12, 16, 24, 32)
 
 
-def fake_beam_rows(root: Path, fits: dict = FAKE_FIT, Os=FAKE_OS) -> Path:
+def fake_beam_rows(root: Path, fits: dict = FAKE_FIT, Os=FAKE_OS, model_fits: dict | None = None) -> Path:
     """beam_scaling.csv and its side tables with FAKE per-step times a + b t (t = O - 2) exactly, step 0 off the
-    line (it is left out of the fit), and one width cell per path."""
+    line (it is left out of the fit), and one width cell per path; with `model_fits`, the depth rows again on the
+    `model` lineage with those lines."""
     rows, steps, width = [], [], []
     limits = {"onela": (756825, 117056), "controlled_fullstate": (14200, 13696), "vllm_fullstate": (1023, 960)}
-    for path, (a, b) in fits.items():
+    depth = [("beam", p, ab) for p, ab in fits.items()] + [("model", p, ab) for p, ab in (model_fits or {}).items()]
+    for lineage, path, (a, b) in depth:
         for O in Os:
             T, t = O - 1, O - 2
             step = a + b * t if t else 0.5 * a
             row = dict(suite="beam_scaling", path=path, geometry="qwen3_5_0_8b", R=4, W=512, T=T, O=O, HK=16, HV=16,
-                       K=128, V=128, prompt_len=1024, lineage="beam", seed=0, status="ok", latency_ms=T * a + b * t * T / 2,
+                       K=128, V=128, prompt_len=1024, lineage=lineage, seed=0, status="ok", latency_ms=T * a + b * t * T / 2,
                        floor_ms=T * a / 3, max_abs_err=1e-4, tolerance=4.88e-4, run_id="fake-run", git_commit="fake")
             row["config_hash"] = config_hash(row)
             rows.append(row)
             steps.append(dict(config_hash=row["config_hash"], run_id="fake-run", path=path, status="ok", step=t,
                               step_ms=step, step_p20_ms=step * 0.98, step_p80_ms=step * 1.02, step_floor_ms=step / 4))
+    for path in fits:
         cap, W = limits[path]
         row = dict(suite="beam_scaling", path=path, geometry="qwen3_5_0_8b", R=4, W=W, T=6, O=7, HK=16, HV=16, K=128,
                    V=128, prompt_len=1024, lineage="beam", seed=0, status="ok", latency_ms=W * 1e-3, max_abs_err=1e-4,
@@ -238,6 +254,28 @@ def test_report_section_with_and_without_rows(tmp_path):
     assert "| OneLA | " in text and "| 20 + 3 t |" in text and "| 900 + 0 t |" in text  # per-step table, fit (us)
     assert "756,825" in text and "117,056 (15% of the limit)" in text  # width: limit and the measured cell
     assert "## Depth and width scaling (beyond the paper)" in report.build(load_results(full))
+
+
+def test_lineages_are_never_mixed_in_one_line(tmp_path):
+    """Depth rows of the beam and the model lineage: the figure draws one line per (path, lineage), the crossover
+    and REPORT's tables are per lineage, and a lineage's fit is its own rows' alone."""
+    setup()
+    res = load_results(fake_beam_rows(tmp_path, model_fits={"onela": (0.02, 0.001),
+                                                             "controlled_fullstate": (0.9, 0.0)}))
+    depth = fig.depth_table(res)
+    assert fig.lineages(depth) == ["beam", "model"]
+    model = fig.crossovers(fig.of_lineage(depth, "model"))
+    assert [c.path for c in model] == ["controlled_fullstate"] and model[0].t == pytest.approx((0.9 - 0.02) / 0.001)
+    f = fig.draw(res)
+    for ax in f.axes[:2]:
+        labels = ax.get_legend_handles_labels()[1]
+        assert len(labels) == 5 and sorted(lb for lb in labels if ", model lineage" in lb) == [
+            "Controlled FullState (index mode), model lineage", "OneLA, model lineage"], labels
+    text = "\n".join(fig.report_lines(res))
+    beam, model_text = text.split("(`lineage=model`)")
+    assert "(`lineage=beam`)" in beam and "| 20 + 3 t |" in beam and "| 20 + 1 t |" not in beam
+    assert "| 20 + 1 t |" in model_text and "fitted: t = 880 (O = 882)" in model_text
+    assert "| 20 + 3 t |" not in model_text.split("Width:")[0]
 
 
 def test_max_abs_err_in_chunks_is_the_whole_max(monkeypatch):

@@ -23,6 +23,9 @@ def run(tmp: Path, *argv: str) -> subprocess.CompletedProcess:
     (["tools.gather_bench", "extra"], "unrecognized arguments: extra"),
     (["tools.onela_correctness", "--geometry", "bogus"], "invalid choice: 'bogus'"),
     (["tools.hf_generate", "--systems", "vllm"], "invalid choice: 'vllm'"),
+    (["tools.record_lineage", "--W", "0"], "--W 0: must be >= 1"),
+    (["tools.record_lineage", "--cpu", "--path", "bogus"], "--path bogus: not a registered path"),
+    (["tools.record_lineage", "--cpu", "--preset", "qwen9"], "--preset qwen9: unknown"),
     (["baselines.pack", "--wheels", "nowhere"], "--wheels nowhere: no such folder"),
     (["baselines.ship_parts", "split", "--part-mib", "0"], "need 0 < --part-mib <= --call-mib"),
     (["baselines.ship_parts", "receive", "--from", "nowhere"], "--from nowhere: no such folder"),
@@ -38,7 +41,7 @@ def test_bad_usage_exits_2_naming_the_argument(tmp_path, argv, said):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message a CPU host gives")
 @pytest.mark.parametrize("tool", ["tools.measure_launch_floor", "tools.gather_bench", "tools.onela_correctness",
-                                  "tools.hf_generate"])
+                                  "tools.hf_generate", "tools.record_lineage"])
 def test_gpu_tools_say_they_need_a_gpu_and_exit_2(tmp_path, tool):
     p = run(tmp_path, tool)
     assert p.returncode == 2 and "needs a CUDA GPU" in p.stderr, p.stderr[-400:]

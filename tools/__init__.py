@@ -10,6 +10,8 @@ onela_correctness    the onela path's correctness over the operator suite's shap
 decode_breakdown     one decode call of the Fig 6 model per component, measured vs floor (GPU; --cpu: plumbing)
 hf_generate          stock transformers beam search against it with OneLA inside, at the Fig 6 cells (GPU)
 step_profile         per-kernel times of every step of one OneLA decode (GPU)
+record_lineage       records the `model` lineage, the parents of the Qwen3.5 model's own W = 512 beam search, into
+                     artifact/data/ (GPU, about a minute; --cpu: a tiny one); --coalescence compares its sharing
 """
 
 import argparse

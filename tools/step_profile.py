@@ -28,7 +28,7 @@ from artifact.measure import max_abs_err
 from artifact.reference import fullstate_decode
 from artifact.env_record import write_env
 from artifact.results import git_commit
-from artifact.workload import GEOMETRIES, LINEAGES, make_workload
+from artifact.workload import GEOMETRIES, KNOWN_LINEAGES, make_workload
 from kernels.onela import CONFIG_KEYS, OneLAStepper
 from kernels.onela.plan import step_launches
 
@@ -40,7 +40,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--R", type=int, default=4)
     ap.add_argument("--W", type=int, default=512)
     ap.add_argument("--O", type=int, default=32, help="output tokens (T = O - 1 decode steps)")
-    ap.add_argument("--lineage", default="beam", choices=LINEAGES)
+    ap.add_argument("--lineage", default="beam", choices=KNOWN_LINEAGES,
+                    help="the beam tree (model: the recorded one, artifact/data/model.npz)")
     ap.add_argument("--reps", type=int, default=5, help="profiled decodes (the median is kept)")
     ap.add_argument("--config", default="{}", help=f"launch config override, JSON (keys {', '.join(CONFIG_KEYS)})")
     args = ap.parse_args(argv)

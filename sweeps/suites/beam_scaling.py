@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import itertools
 import os
-from dataclasses import dataclass
-from typing import Iterator, Optional
+from dataclasses import dataclass, field
+from typing import Iterator, List, Optional
 
 import torch
 
@@ -37,7 +37,7 @@ from artifact.measure import check_and_time_steps, floor_ms, free_device_memory,
 from artifact.paths import get_path, make_stepper
 from artifact.reference import fullstate_decode
 from artifact.results import append_csv
-from artifact.workload import Geometry, Shape, default_prompt_len
+from artifact.workload import KNOWN_LINEAGES, Geometry, Shape, default_prompt_len
 from sweeps.context import RunContext, one_line
 from sweeps.suites.operator import SHAPE_FIELDS, _run_shape, run_cell
 
@@ -66,6 +66,10 @@ class BeamScalingSettings:
     memory_bytes: Optional[int] = None   # the memory capacity is held against; None: the device's total memory
     step_repeats: int = 30               # timed decodes behind each per-step median
     step_warmup: int = 2
+    # The depth grid runs again with each of these lineages, beside the run's `lineage` (the width cells keep that
+    # one): `model` is the beam tree recorded from the Qwen3.5 model's own search (artifact.workload
+    # RECORDED_LINEAGES); where its data file is missing or does not cover a cell, that cell is a recorded skip.
+    depth_lineages: List[str] = field(default_factory=lambda: ["model"])
 
     def check_values(self) -> None:
         """Raise ValueError('<key>=<value>: why') for a value no run can use (sweeps.spec.validate names the key)."""
@@ -76,6 +80,10 @@ class BeamScalingSettings:
                 raise ValueError(f"{key}={val!r}: must be an int >= {low}")
         if not 0 < self.width_fill <= 1:
             raise ValueError(f"width_fill={self.width_fill!r}: must be in (0, 1]")
+        for name in self.depth_lineages:
+            if name not in KNOWN_LINEAGES:
+                raise ValueError(f"depth_lineages={list(self.depth_lineages)!r}: unknown lineage {name!r}; known: "
+                                 f"{', '.join(KNOWN_LINEAGES)}")
         if self.memory_bytes is not None and self.memory_bytes < 1:
             raise ValueError(f"memory_bytes={self.memory_bytes!r}: must be > 0 or null (the device's memory)")
 
@@ -207,9 +215,31 @@ def width_cells(spec, device) -> list[tuple[dict, WidthPlan]]:
 
 
 def width_shapes(spec, device) -> list[list[dict]]:
-    """The suite's cells beyond its grid (sweeps.runners.RUNNER_SHAPES): the width cells, paths of one W together."""
+    """The width cells as shapes, paths of one W together."""
     cells = [c for c, _ in width_cells(spec, device)]
     return [list(g) for _, g in itertools.groupby(cells, key=lambda c: tuple(c[f] for f in SHAPE_FIELDS))]
+
+
+def depth_lineage_shapes(spec, device) -> list[list[dict]]:
+    """The depth grid again for each of depth_lineages (less the run's own lineage), in the grid's order."""
+    from sweeps.spec import make_cell
+    s = BeamScalingSettings(**spec.settings)
+    shapes = []
+    for lineage in dict.fromkeys(s.depth_lineages):
+        if lineage == spec.lineage:
+            continue
+        for geo_name, geo in spec.geometries.items():
+            for R, W, T, pl in itertools.product(spec.R, spec.W, spec.T, spec.prompt_len):
+                prompt_len = default_prompt_len(device) if pl is None else pl
+                shapes.append([make_cell(spec, path, geo_name, geo, R, W, T, prompt_len, lineage=lineage)
+                               for path in spec.paths])
+    return shapes
+
+
+def extra_shapes(spec, device) -> list[list[dict]]:
+    """The suite's cells beyond its grid (sweeps.runners.RUNNER_SHAPES): the depth grid of every other lineage,
+    then the width cells."""
+    return depth_lineage_shapes(spec, device) + width_shapes(spec, device)
 
 
 # ---------------------------------------------------------------- the runner

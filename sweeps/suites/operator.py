@@ -27,7 +27,7 @@ from artifact.measure import (check_and_time, cuda_context_alive, floor_ms, free
                               path_tolerance)
 from artifact.paths import get_path
 from artifact.reference import fullstate_decode
-from artifact.workload import Geometry, Shape, make_workload
+from artifact.workload import Geometry, Shape, lineage_unavailable, make_workload
 from sweeps.context import RunContext, one_line
 
 BUILD = "(workload + FP32 reference)"        # wall-record labels of the per-shape work no path owns
@@ -64,6 +64,14 @@ def _run_shape(cells: list[dict], ctx: RunContext, measure=None, reference=None)
     c0 = cells[0]
     geo = Geometry(c0["HK"], c0["HV"], c0["K"], c0["V"])
     shape = Shape(c0["R"], c0["W"], c0["T"])
+    # A recorded lineage whose data file is missing or does not cover the shape: every path's cell is a recorded
+    # skip naming why (and the command that records the file), before anything is asked or built.
+    missing = lineage_unavailable(c0["lineage"], shape.T, shape.R, shape.W)
+    if missing:
+        for cell in cells:
+            ctx.started(cell)
+            yield _row(cell, "skipped", missing)
+        return
     runnable = []                                # cells only: a path object lives for its own cell alone
     for cell in cells:
         ctx.started(cell)
