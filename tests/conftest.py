@@ -41,6 +41,16 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """For a module of tiny tensors (`pytestmark = pytest.mark.usefixtures("one_thread")`): one intra-op thread is
+    fastest, and on a shared host two threads thrash."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 @pytest.fixture
 def device():
     """Where kernel tests run: the GPU when there is one, else CPU tensors under the Triton interpreter."""

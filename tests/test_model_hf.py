@@ -57,13 +57,8 @@ R, L = 2, 70         # 70 prompt tokens: GDN prefill crosses a 64-token chunk bo
 W, T = 4, 3          # the beam search: O = T + 1 = 4 tokens per beam
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """These tensors are tiny: one intra-op thread is fastest, and on a shared host two threads thrash."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# Tiny tensors: one intra-op thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _pair(folder, cfg: ModelConfig, seed: int, device):

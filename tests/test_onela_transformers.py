@@ -39,13 +39,8 @@ SEARCH = dict(num_return_sequences=W, early_stopping=False, length_penalty=0.0, 
               output_scores=True, output_logits=True, return_dict_in_generate=True)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny tensors: one intra-op thread is fastest, and on a shared host two threads thrash."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+# Tiny tensors: one intra-op thread (tests/conftest.py).
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _model(folder, cfg, dtype, device, seed=1):

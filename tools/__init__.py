@@ -15,7 +15,22 @@ record_lineage       records the `model` lineage, the parents of the Qwen3.5 mod
 """
 
 import argparse
+import json
 import sys
+
+
+def launch_config_arg(text: str) -> dict:
+    """The argparse type of a tool's `--config`: a OneLA launch config override, a JSON object whose keys are
+    `kernels.onela.CONFIG_KEYS` (an ArgumentTypeError naming a bad key or the text that is not JSON)."""
+    from kernels.onela import CONFIG_KEYS
+    try:
+        cfg = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON: {e}") from e
+    unknown = sorted(set(cfg) - set(CONFIG_KEYS)) if isinstance(cfg, dict) else ["(not a JSON object)"]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown launch config key(s) {unknown}; known: {', '.join(CONFIG_KEYS)}")
+    return cfg
 
 
 def no_argument_gpu_tool(name: str, doc: str, writes: str, argv) -> bool:

@@ -26,8 +26,9 @@ from artifact.reference import fullstate_decode
 from artifact.env_record import write_env
 from artifact.results import append_row, config_hash, git_commit, new_run_id
 from artifact.workload import GEOMETRIES, make_workload
-from kernels.onela import CONFIG_KEYS, OneLAPath, OneLAStepper
+from kernels.onela import OneLAPath, OneLAStepper
 from sweeps.suites.operator import run_cell
+from tools import launch_config_arg
 
 SUITE = "kernel_bench"
 
@@ -42,14 +43,6 @@ class ConfiguredOneLA(OneLAPath):
         return OneLAStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, self.config)
 
 
-def _config(text: str) -> dict:
-    cfg = json.loads(text)
-    unknown = sorted(set(cfg) - set(CONFIG_KEYS)) if isinstance(cfg, dict) else ["(not a JSON object)"]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown launch config key(s) {unknown}; known: {', '.join(CONFIG_KEYS)}")
-    return cfg
-
-
 def parse_args(argv=None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="folder for bench.csv and env/")
@@ -58,7 +51,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--W", type=int, default=512, help="beams per request")
     ap.add_argument("--O", type=int, nargs="+", default=[7, 3], help="output tokens (T = O - 1 decode steps)")
     ap.add_argument("--paths", nargs="+", default=["onela", "controlled_fullstate"])
-    ap.add_argument("--config", action="append", default=[], type=_config,
+    ap.add_argument("--config", action="append", default=[], type=launch_config_arg,
                     help='also time onela under this launch config (JSON, e.g. \'{"ws": false}\'); repeatable')
     ap.add_argument("--rep-ms", type=int, default=50, help="timer budget per cell (at least 10 replays)")
     args = ap.parse_args(argv)

@@ -48,7 +48,6 @@ import os
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
 import torch
@@ -269,14 +268,14 @@ def main(argv=None) -> int:
         return 2
     from artifact.model.prefill import random_prompts
     from artifact.env_record import write_env
-    from artifact.results import append_csv, append_row, config_hash, git_commit
+    from artifact.results import append_csv, append_row, config_hash, git_commit, new_run_id
     from artifact.timing import summarize
     from kernels.onela.transformers import check_transformers, transformers_version
     check_transformers()
     t_begin = time.monotonic()
     wall_by_path: dict[str, list] = {}
     out_dir = Path(args.out)
-    run_id = f"hf_generate_{time.strftime('%Y%m%dT%H%M%S')}_{uuid.uuid4().hex[:6]}"
+    run_id = new_run_id("hf_generate")
     commit = git_commit()
     with tempfile.TemporaryDirectory() as folder:
         cfg, model = build_model(args, folder, device)

@@ -17,7 +17,6 @@ import json
 import os
 import statistics
 import sys
-import uuid
 from collections import defaultdict
 from pathlib import Path
 
@@ -27,10 +26,11 @@ from artifact.limits import DEFAULT_TOLERANCE
 from artifact.measure import max_abs_err
 from artifact.reference import fullstate_decode
 from artifact.env_record import write_env
-from artifact.results import git_commit
+from artifact.results import git_commit, new_run_id
 from artifact.workload import GEOMETRIES, KNOWN_LINEAGES, make_workload
 from kernels.onela import CONFIG_KEYS, OneLAStepper
 from kernels.onela.plan import step_launches
+from tools import launch_config_arg
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -43,18 +43,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--lineage", default="beam", choices=KNOWN_LINEAGES,
                     help="the beam tree (model: the recorded one, artifact/data/model.npz)")
     ap.add_argument("--reps", type=int, default=5, help="profiled decodes (the median is kept)")
-    ap.add_argument("--config", default="{}", help=f"launch config override, JSON (keys {', '.join(CONFIG_KEYS)})")
+    ap.add_argument("--config", type=launch_config_arg, default={},
+                    help=f"launch config override, JSON (keys {', '.join(CONFIG_KEYS)})")
     args = ap.parse_args(argv)
     for name, value, low in (("--R", args.R, 1), ("--W", args.W, 1), ("--O", args.O, 2), ("--reps", args.reps, 1)):
         if value < low:
             ap.error(f"{name} must be >= {low}, got {value}")
-    try:
-        args.config = json.loads(args.config)
-    except json.JSONDecodeError as e:
-        ap.error(f"--config {args.config!r} is not JSON: {e}")
-    unknown = sorted(set(args.config) - set(CONFIG_KEYS))
-    if unknown:
-        ap.error(f"--config: unknown key(s) {unknown}; known: {', '.join(CONFIG_KEYS)}")
     return args
 
 
@@ -109,7 +103,7 @@ def main(argv=None) -> int:
     kernels = sorted((e for e in prof.events() if e.device_type.name == "CUDA" and "onela" in e.name),
                      key=lambda e: e.time_range.start)
     medians = step_kernel_medians([e.time_range.elapsed_us() for e in kernels], launch_roles(st, T), args.reps)
-    run_id = f"step_profile_{uuid.uuid4().hex[:6]}"
+    run_id = new_run_id("step_profile")
     dest = Path(args.out)
     write_env(dest / "env" / f"{run_id}.json", {"run_id": run_id, "suite": "step_profile",
                                                 "command": " ".join(sys.argv), "max_abs_err": err})

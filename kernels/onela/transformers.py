@@ -193,12 +193,16 @@ class OneLABeamCache:
         g = self.geometry
         self.tree = BeamTree("ancestry", num_requests, beam_width, max_steps, dev)
         self.ops, self.conv, self.kv, self.prompt_kv = {}, {}, {}, {}
+        # per GDN layer, what every decode call reads of its weights in fp32: the conv taps [C, width] and -exp(A_log)
+        self.conv_taps, self.neg_decay = {}, {}
         for i, (layer, kind) in enumerate(zip(model.model.layers, self.kinds)):
             if kind == GDN:
                 m = layer.linear_attn
                 self.ops[i] = OneLA(num_requests, beam_width, max_steps, num_k_heads=g.hk, num_v_heads=g.hv,
                                     head_k_dim=g.k, head_v_dim=g.v, device=dev)
                 self.conv[i] = ConvHistory(self.tree, m.conv_dim, m.conv_kernel_size, dt, dev)
+                self.conv_taps[i] = m.conv1d.weight[:, 0, :].float()
+                self.neg_decay[i] = -m.A_log.float().exp()
             else:
                 a = layer.self_attn
                 self.kv[i] = KvHistory(self.tree, a.config.num_key_value_heads, a.head_dim, dt, dev)
@@ -220,7 +224,7 @@ class OneLABeamCache:
             raise ValueError(f"OneLABeamCache.reorder_cache: beam_idx has shape {tuple(beam_idx.shape)}, "
                              f"expected ({R * W},)")
         par = beam_idx.to(self.device).view(R, W) - torch.arange(R, device=self.device)[:, None] * W
-        lo, hi = int(par.min()), int(par.max())
+        lo, hi = torch.stack(torch.aminmax(par)).tolist()          # one device sync per decode call
         if lo < 0 or hi >= W:
             raise ValueError(f"OneLABeamCache.reorder_cache: a beam's parent lies in another request "
                              f"(offsets within a request in [{lo}, {hi}], must be in [0, {W - 1}])")
@@ -301,13 +305,13 @@ class OneLABeamCache:
         z = m.in_proj_z(h)
         b, a = m.in_proj_b(h).view(R, W, -1), m.in_proj_a(h).view(R, W, -1)
         conv = self.conv[i]
-        mixed = causal_conv_step([window(e) for e in conv.history(t)], qkv, m.conv1d.weight[:, 0, :].float())
+        mixed = causal_conv_step([window(e) for e in conv.history(t)], qkv, self.conv_taps[i])
         conv.keep(t, [qkv.contiguous()])
         q, k, v = torch.split(mixed, [m.key_dim, m.key_dim, m.value_dim], dim=-1)
         q, k = q.unflatten(-1, (g.hk, g.k)), k.unflatten(-1, (g.hk, g.k))
         v = v.unflatten(-1, (g.hv, g.v))
         beta = b.sigmoid().float().contiguous()                 # as transformers: the sigmoid in the model dtype
-        gate = (-m.A_log.float().exp() * F.softplus(a.float() + m.dt_bias)).contiguous()
+        gate = (self.neg_decay[i] * F.softplus(a.float() + m.dt_bias)).contiguous()
         o = self.ops[i].step(q, k, v, gate, beta, self.tree.parents)        # [R, W, HV, V]
         o = m.norm(o.reshape(-1, g.v), z.reshape(-1, g.v)).reshape(N, 1, -1)
         return m.out_proj(o)
