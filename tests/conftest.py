@@ -66,17 +66,6 @@ def transformers_gdn_in_torch_without_a_gpu():
     if torch.cuda.is_available():
         yield
         return
-    try:
-        import transformers.models.qwen3_5.modeling_qwen3_5 as qwen3_5
-    except ImportError:
+    from oracles import transformers_gdn_in_torch
+    with transformers_gdn_in_torch():
         yield
-        return
-    swapped = {}
-    for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"):
-        fn = getattr(qwen3_5, name, None)
-        if fn is not None and getattr(fn, "__wrapped__", None) is not None:
-            swapped[name] = fn
-            setattr(qwen3_5, name, fn.__wrapped__)
-    yield
-    for name, fn in swapped.items():
-        setattr(qwen3_5, name, fn)

@@ -5,6 +5,8 @@ workload in plain torch (the records OneLA's kernel must write); and the tiny Qw
 transformers use."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from artifact.gdn import gdn_step
@@ -63,3 +65,27 @@ def replay_decode(wl: Workload, dtype=torch.float64, store: GtrStore | None = No
     """Projection replay (paper §3.2) over GTRs kept in `store` (default: records in `dtype`) through the
     ancestry index: o [T, R, W, HV, V] in `dtype`."""
     return _decode(TorchReplayStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, dtype, store), wl, dtype)
+
+
+@contextlib.contextmanager
+def transformers_gdn_in_torch():
+    """transformers' Qwen3.5 with its own plain-torch GDN functions instead of fla's kernels, which it takes
+    wherever fla is installed. fla's chunk kernels multiply in TF32 / bf16 even on fp32 inputs, so an fp32
+    reference built on them is ~1e-2 off the exact one; the torch functions are exact fp32. Applies to models
+    built inside the block."""
+    try:
+        import transformers.models.qwen3_5.modeling_qwen3_5 as qwen3_5
+    except ImportError:
+        yield
+        return
+    swapped = {}
+    for name in ("torch_chunk_gated_delta_rule", "torch_recurrent_gated_delta_rule"):
+        fn = getattr(qwen3_5, name, None)
+        if fn is not None and getattr(fn, "__wrapped__", None) is not None:
+            swapped[name] = fn
+            setattr(qwen3_5, name, fn.__wrapped__)
+    try:
+        yield
+    finally:
+        for name, fn in swapped.items():
+            setattr(qwen3_5, name, fn)
