@@ -18,9 +18,14 @@
 #   ONELA_RUN_DIR (the folder a GPU run writes; "results" folds new rows into the committed tables, resuming),
 #   ONELA_OFFLINE=1 (never download), ONELA_BASELINE_PACK (the pack folder, default .baseline_pack),
 #   ONELA_DRY_RUN=1 (print the stages and their commands, run none of them; =gpu: a GPU host's plan, with
-#   ONELA_DRY_GPUS GPUs, default 1).
+#   ONELA_DRY_GPUS GPUs, default 1), TRITON_CACHE_AUTOTUNING (default 1: Triton keeps autotune results on disk).
 set -uo pipefail
 cd "$(dirname "$0")"
+# Triton keeps each autotuned kernel's benchmark results on disk (its cache dir, ~/.triton/cache by default) and
+# every later process with the same kernel source, autotune key, GPU target and Triton version reads the choice
+# back instead of benchmarking every config again: the suites, tools and traffic children this script starts
+# (docs/methods.md section 11). TRITON_CACHE_AUTOTUNING=0 in the environment turns it off.
+export TRITON_CACHE_AUTOTUNING=${TRITON_CACHE_AUTOTUNING:-1}
 VENV=${ONELA_VENV:-.venv}
 PACK=${ONELA_BASELINE_PACK:-.baseline_pack}
 DRY=${ONELA_DRY_RUN:-}

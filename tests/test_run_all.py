@@ -111,6 +111,31 @@ def test_gpu_reproduce_plan_on_several_gpus_shards_every_suite(tmp_path):
     assert len(breakdown) == 1 and "shard" not in breakdown[0], breakdown      # one process, a few cells
 
 
+def test_every_process_of_a_gpu_run_keeps_triton_autotune_results_on_disk(tmp_path):
+    """./run_all.sh gpu-suites with a stand-in interpreter that logs each process it is started as: every suite,
+    tool and (through the environment they inherit) traffic child runs with TRITON_CACHE_AUTOTUNING=1, unless the
+    caller set it otherwise."""
+    log = tmp_path / "processes.log"
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = -c ]; then case \"$2\" in *device_count*) echo 1;; esac; exit 0; fi\n"
+                    f"echo \"$2 TRITON_CACHE_AUTOTUNING=${{TRITON_CACHE_AUTOTUNING:-unset}}\" >> {log}\n")
+    fake.chmod(0o755)
+    (tmp_path / "pack").mkdir()
+    (tmp_path / "pack" / "MANIFEST.json").write_text("{}")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_CACHE_AUTOTUNING"}
+    for given, want in ((None, "1"), ("0", "0")):
+        log.unlink(missing_ok=True)
+        e = {**env, "ONELA_VENV": "none", "ONELA_PYTHON": str(fake), "ONELA_BASELINE_PACK": str(tmp_path / "pack"),
+             **({"TRITON_CACHE_AUTOTUNING": given} if given else {})}
+        r = subprocess.run(["./run_all.sh", "gpu-suites", str(tmp_path / "run")], cwd=REPO, env=e,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        started = log.read_text().splitlines()
+        assert {ln.split()[0] for ln in started} >= {"sweeps.run", "tools.hf_generate", "tools.decode_breakdown"}
+        assert all(ln.endswith(f"TRITON_CACHE_AUTOTUNING={want}") for ln in started), started
+
+
 def test_cpu_quick_plan():
     out = run_all("quick", ONELA_DRY_RUN="1")
     assert "suite=smoke results_dir=outputs/smoke/" in out and "plots.check results" in out
