@@ -9,9 +9,11 @@ CPU timings are not performance.
 """
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Callable, ContextManager
 
 import torch
 
@@ -100,26 +102,42 @@ def _capture(path, static: Workload):
     return capture_graph(lambda: path.run(static), warmup=2)
 
 
+Phase = Callable[[str], ContextManager]     # phase(name) brackets a part of a measurement (see check_and_time)
+
+
+def _untimed(name: str) -> ContextManager:
+    return contextlib.nullcontext()
+
+
 def check_and_time(path, wl: Workload, ref: torch.Tensor, tolerance: float = DEFAULT_TOLERANCE,
-                   warmup_ms: int = 25, rep_ms: int = 100, time_it: bool = True) -> CellResult:
-    """Gate, then time. Exceptions propagate: the caller records them as a failed cell."""
+                   warmup_ms: int = 25, rep_ms: int = 100, time_it: bool = True,
+                   phase: Phase | None = None) -> CellResult:
+    """Gate, then time. Exceptions propagate: the caller records them as a failed cell. `phase(name)` brackets
+    each part -- "capture" (prepare, the warm-up calls that compile and autotune, the graph capture), "gate" (the
+    gated run and its comparison), "timing" -- so a caller can book where a cell's time goes
+    (sweeps.context.RunContext.phase); the work inside the brackets is the same without them."""
+    phase = phase or _untimed
     on_gpu = wl.device.type == "cuda"
     if on_gpu and getattr(path, "capturable", True):
-        static = scramble_(wl.clone())
-        path.prepare(static)
-        graph, out = _capture(path, static)
-        static.copy_(wl)
-        out.fill_(math.nan)
-        graph.replay()
-        torch.cuda.synchronize()
-        err = max_abs_err(out, ref)
+        with phase("capture"):
+            static = scramble_(wl.clone())
+            path.prepare(static)
+            graph, out = _capture(path, static)
+        with phase("gate"):
+            static.copy_(wl)
+            out.fill_(math.nan)
+            graph.replay()
+            torch.cuda.synchronize()
+            err = max_abs_err(out, ref)
         replay = graph.replay
     else:
-        path.prepare(wl)
-        out = path.run(wl)
-        if on_gpu:
-            torch.cuda.synchronize()
-        err = max_abs_err(out, ref)
+        with phase("capture"):
+            path.prepare(wl)
+        with phase("gate"):                   # an eager path's first call, and so its compiles, is its gated run
+            out = path.run(wl)
+            if on_gpu:
+                torch.cuda.synchronize()
+            err = max_abs_err(out, ref)
         replay = lambda: path.run(wl)  # noqa: E731
     res = CellResult(status="ok", max_abs_err=err, persistent_bytes=int(path.persistent_bytes()),
                      written_bytes=int(path.written_bytes()))
@@ -127,8 +145,9 @@ def check_and_time(path, wl: Workload, ref: torch.Tensor, tolerance: float = DEF
         res.status, res.reason = "failed", f"max_abs_err {err:.3e} > tolerance {tolerance:.3e}"
         return res
     if on_gpu and time_it:
-        t = time_replay(replay, warmup_ms, rep_ms,
-                        replayed=GRAPH_REPLAY if getattr(path, "capturable", True) else EAGER_REPLAY)
+        with phase("timing"):
+            t = time_replay(replay, warmup_ms, rep_ms,
+                            replayed=GRAPH_REPLAY if getattr(path, "capturable", True) else EAGER_REPLAY)
         res.latency_ms, res.p20_ms, res.p80_ms, res.timer, res.replays = \
             t.median_ms, t.p20_ms, t.p80_ms, t.timer, t.replays
     else:
@@ -148,7 +167,8 @@ class StepsResult:
 
 
 def check_and_time_steps(path, wl: Workload, ref: torch.Tensor, tolerance: float = DEFAULT_TOLERANCE,
-                         repeats: int = 30, warmup: int = 2, time_it: bool = True) -> StepsResult:
+                         repeats: int = 30, warmup: int = 2, time_it: bool = True,
+                         phase: Phase | None = None) -> StepsResult:
     """Gate, then time each decode step on its own: the per-step twin of check_and_time, for a StepperPath.
 
     On a GPU one CUDA graph per step (step 0's also holds the reset), all in one memory pool, captured on scrambled
@@ -156,13 +176,15 @@ def check_and_time_steps(path, wl: Workload, ref: torch.Tensor, tolerance: float
     replayed in order and the output compared with the FP32 FullState reference, so the per-step graphs are
     gated as the whole-decode graph is. Only a passing decode is timed (artifact.timing.time_sequence: each step
     between its own events, in order, L2 flushed before step 0). On a CPU the steps run eagerly and are checked
-    only. Exceptions propagate: the caller records them."""
+    only. Exceptions propagate: the caller records them. `phase` as check_and_time's."""
     from artifact.paths import StepperPath
     if not isinstance(path, StepperPath) or not getattr(path, "capturable", True):
         raise ValueError(f"{path.name}: per-step timing needs a capturable StepperPath")
+    phase = phase or _untimed
     on_gpu = wl.device.type == "cuda"
-    static = scramble_(wl.clone()) if on_gpu else wl
-    path.prepare(static)
+    with phase("capture"):
+        static = scramble_(wl.clone()) if on_gpu else wl
+        path.prepare(static)
     st, out = path.stepper, path.out
 
     def step(t):
@@ -176,26 +198,30 @@ def check_and_time_steps(path, wl: Workload, ref: torch.Tensor, tolerance: float
 
     calls = [step(t) for t in range(wl.T)]
     if not on_gpu:
-        for call in calls:
-            call()
-        err = max_abs_err(out, ref)
+        with phase("gate"):
+            for call in calls:
+                call()
+            err = max_abs_err(out, ref)
         status, reason = ("ok", "") if err <= tolerance else ("failed", f"max_abs_err {err:.3e} > tolerance "
                                                                          f"{tolerance:.3e} (per-step run)")
         return StepsResult(status, reason, err, timer="none (CPU: correctness only)")
-    warm_up(lambda: [call() for call in calls], 2)
-    pool = torch.cuda.graph_pool_handle()
-    graphs = [capture_graph(call, warmup=0, pool=pool)[0] for call in calls]
-    static.copy_(wl)
-    out.fill_(math.nan)
-    for g in graphs:
-        g.replay()
-    torch.cuda.synchronize()
-    err = max_abs_err(out, ref)
+    with phase("capture"):
+        warm_up(lambda: [call() for call in calls], 2)
+        pool = torch.cuda.graph_pool_handle()
+        graphs = [capture_graph(call, warmup=0, pool=pool)[0] for call in calls]
+    with phase("gate"):
+        static.copy_(wl)
+        out.fill_(math.nan)
+        for g in graphs:
+            g.replay()
+        torch.cuda.synchronize()
+        err = max_abs_err(out, ref)
     if not err <= tolerance:
         return StepsResult("failed", f"max_abs_err {err:.3e} > tolerance {tolerance:.3e} (per-step graphs)", err)
     if not time_it:
         return StepsResult("ok", "", err, timer="not timed")
-    steps = time_sequence([g.replay for g in graphs], repeats, warmup)
+    with phase("timing"):
+        steps = time_sequence([g.replay for g in graphs], repeats, warmup)
     return StepsResult("ok", "", err, steps, steps[0].timer)
 
 
@@ -205,6 +231,29 @@ def free_device_memory(device) -> None:
     gc.collect()
     if torch.device(device).type == "cuda":
         torch.cuda.empty_cache()
+
+
+def allocated_bytes(device) -> int:
+    """Bytes of `device` that live tensors hold now (PyTorch's allocator); 0 off CUDA."""
+    dev = torch.device(device)
+    return int(torch.cuda.memory_allocated(dev)) if dev.type == "cuda" else 0
+
+
+def release_if_held(device, allocated_before: int) -> bool:
+    """free_device_memory(device) where live tensors hold more of it than `allocated_before`, the level before a
+    unit of work (a shape, a cell) began; True if it released.
+
+    What a path's supports() sees of the device is artifact.limits.device_free_bytes, which counts the blocks the
+    allocator caches but no tensor uses as free (and the allocator returns them to the driver itself when a new
+    segment does not fit), so returning the cache changes nothing those checks read. Only memory that tensors
+    still hold after the work -- kept alive by a reference cycle until a gc pass, a failed cell's traceback -- makes
+    the next check see less; that is when the work is released. Memory kept on purpose across units of work (a
+    model, its prefills) is part of the next unit's starting level once it exists, so it costs a release only
+    after the unit that built it."""
+    if allocated_bytes(device) <= allocated_before:
+        return False
+    free_device_memory(device)
+    return True
 
 
 def cuda_context_alive(device) -> bool:

@@ -13,8 +13,9 @@ a column of ADDED_COLUMNS existed reads with that column empty, and the first ap
 (`upgrade_table`). `table_lock` gives a table one writer at a time. Two rows of one cell differ where
 `differing_columns` says so. `repair_table` moves refused lines aside (`python -m artifact.results repair FILE`);
 `merge_shards` and `fold_rerun` join tables (python -m sweeps.merge); `read_side_table` reads the tables beside a
-suite's, `read_wall` a run's wall record. `python -m artifact.results verify ENV.json ...` checks env records
-against the code they name. This module imports no torch: the reporting stage (plots/) reads through it.
+suite's, `read_wall` a run's wall record, and `phase_table` where the runs' time went by phase (`python -m
+artifact.results phases DIR ...`). `python -m artifact.results verify ENV.json ...` checks env records against the
+code they name. This module imports no torch: the reporting stage (plots/) reads through it.
 """
 from __future__ import annotations
 
@@ -751,14 +752,114 @@ def read_wall(results_dir: str | os.PathLike, run_id: str) -> dict | None:
     wall_s, cells, by_path, shared); None when there is none. ResultsFileError when it is not a JSON object
     with a number `wall_s` (the message names the file)."""
     f = Path(results_dir) / "env" / f"{run_id}.wall.json"
-    if not f.is_file():
-        return None
+    return read_wall_file(f) if f.is_file() else None
+
+
+def read_wall_file(f: str | os.PathLike) -> dict:
+    """One wall record read from its file (read_wall's check: a JSON object with a number `wall_s`)."""
+    f = Path(f)
     try:
         rec = json.loads(f.read_text())
         float(rec["wall_s"])
     except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
         raise ResultsFileError(f"{f}: unreadable wall record ({type(e).__name__})") from None
     return rec
+
+
+# What a run's wall record splits each path's and each shared label's time into (its `phases` mapping, booked by
+# sweeps.context.RunContext.phase), in the order a table shows them:
+#   setup         building what a cell or shape runs on: its workload, the path object and supports(), a model and
+#                 its prompt prefills
+#   reference     the FP32 FullState reference a gate compares with
+#   capture       the first calls (JIT compiles, autotuning, torch.compile), prepare and the CUDA graph capture; in
+#                 the full model also the gate's one replayed search (artifact.model.cell.gated_decode does both)
+#   gate          the gated run (a graph replay, or the eager run of a path that cannot be captured, whose first
+#                 call compiles) and its comparison with the reference
+#   timing        the timer (artifact.timing): its warm-up and timed replays
+#   launch_floor  timing the streaming launches of launch_floor_ms
+#   census, counters, calibration
+#                 the traffic suite's child processes: the kernel census, the counter attempts, the method's
+#                 calibration copies
+#   release       returning memory (gc and the allocator's cache)
+#   record        appending the row to its table (flushed to disk)
+#   other         the rest of the owner's time: cost models, floors, bookkeeping
+PHASES = ("setup", "reference", "capture", "gate", "timing", "launch_floor", "census", "counters", "calibration",
+          "release", "record", "other")
+_STAGE = re.compile(r"([a-z][a-z0-9_]*)-\d{8}T\d{6}Z")
+
+
+def wall_stage(rec: dict) -> str:
+    """The stage (suite) a wall record belongs to: its `suite`, else the suite its run_id starts with."""
+    if rec.get("suite"):
+        return str(rec["suite"])
+    m = _STAGE.match(str(rec.get("run_id", "")))
+    return m.group(1) if m else str(rec.get("run_id") or "?")
+
+
+def wall_files(paths) -> list[Path]:
+    """The wall records the arguments name: files as given; a folder's `*.wall.json`, or its env/'s."""
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found = sorted(p.glob("*.wall.json")) or sorted((p / "env").glob("*.wall.json"))
+            if not found:
+                raise ResultsFileError(f"{p}: no wall records (*.wall.json) in it or in its env/")
+            out += found
+        elif p.is_file():
+            out.append(p)
+        else:
+            raise ResultsFileError(f"{p}: no such file or folder")
+    return out
+
+
+def phase_table(records: list[dict]) -> list[dict]:
+    """Per stage and owner (a path or a shared label), summed over the records: cells, wall seconds and seconds
+    by phase (PHASES; `unsplit` for a record written before wall records had phases), then one `(all)` line per
+    stage with its records' wall_s and the time booked to no owner (start-up after the first cell, the work after
+    the last row). Stages and owners in the order first met."""
+    table: dict[str, dict[str, dict]] = {}
+    totals: dict[str, dict] = {}
+    for rec in records:
+        stage = wall_stage(rec)
+        owners = table.setdefault(stage, {})
+        total = totals.setdefault(stage, {"wall_s": 0.0, "cells": 0, "records": 0})
+        total["wall_s"] += float(rec["wall_s"])
+        total["cells"] += int(rec.get("cells", 0))
+        total["records"] += 1
+        walls = {p: (float(w["wall_s"]), int(w.get("cells", 0))) for p, w in rec.get("by_path", {}).items()}
+        walls.update({k: (float(s), 0) for k, s in rec.get("shared", {}).items()})
+        split = rec.get("phases")
+        for owner, (secs, cells) in walls.items():
+            line = owners.setdefault(owner, {"cells": 0, "wall_s": 0.0, "phases": {}})
+            line["cells"] += cells
+            line["wall_s"] += secs
+            parts = split.get(owner, {}) if split is not None else {"unsplit": secs}
+            for ph, s in parts.items():
+                line["phases"][ph] = line["phases"].get(ph, 0.0) + float(s)
+    out = []
+    for stage, owners in table.items():
+        for owner, line in sorted(owners.items(), key=lambda kv: -kv[1]["wall_s"]):
+            out.append({"stage": stage, "owner": owner, **line})
+        booked = sum(line["wall_s"] for line in owners.values())
+        t = totals[stage]
+        out.append({"stage": stage, "owner": "(all)", "cells": t["cells"], "wall_s": t["wall_s"],
+                    "phases": {"unbooked": max(t["wall_s"] - booked, 0.0)}, "records": t["records"]})
+    return out
+
+
+def format_phase_table(lines: list[dict]) -> str:
+    """phase_table's lines as one Markdown table: a column per phase that holds any time (PHASES' order, then
+    `unsplit` and `unbooked`), seconds to 0.1 s, '' where an owner has none of it."""
+    used = {ph for line in lines for ph, s in line["phases"].items() if s > 0}
+    cols = [p for p in PHASES if p in used] + [p for p in ("unsplit", "unbooked") if p in used]
+    head = ["stage", "path or shared work", "cells", "wall s"] + cols
+    rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for line in lines:
+        label = line["owner"] if line["owner"] != "(all)" else f"(all: {line['records']} record(s))"
+        cells = [line["stage"], label, str(line["cells"] or ""), f"{line['wall_s']:.1f}"]
+        cells += [f"{line['phases'][c]:.1f}" if line["phases"].get(c, 0) > 0 else "" for c in cols]
+        rows.append("| " + " | ".join(cells) + " |")
+    return "\n".join(rows)
 
 
 def git_commit() -> str:
@@ -853,7 +954,10 @@ USAGE = """usage:
       check each env record's sources against its commit; exit 0 when every file is ok (or a side file beside
       its record, or, with --allow-unchecked, a record that cannot be checked here), 1 otherwise
   python -m artifact.results repair TABLE.csv [TABLE.csv ...]
-      move a results table's refused lines (and a torn last line) to TABLE.csv.refused, keep its valid rows"""
+      move a results table's refused lines (and a torn last line) to TABLE.csv.refused, keep its valid rows
+  python -m artifact.results phases WALL.json|DIR [...]
+      where the runs' time went: one Markdown table per stage (suite), path or shared work, and phase (PHASES),
+      summed over the wall records given (a folder: its *.wall.json, or its env/'s)"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -863,12 +967,20 @@ def main(argv: list[str] | None = None) -> int:
     cmd, args = (argv[0], argv[1:]) if argv else ("", [])
     flags = [a for a in args if a.startswith("-")]
     files = [a for a in args if not a.startswith("-")]
-    allowed = {"verify": {"--allow-unchecked"}, "repair": set()}
+    allowed = {"verify": {"--allow-unchecked"}, "repair": set(), "phases": set()}
     if cmd not in allowed or not files or set(flags) - allowed[cmd]:
         why = (f"unknown command {cmd!r}" if cmd not in allowed else "no file given" if not files
                else f"unknown option(s) {sorted(set(flags) - allowed[cmd])}")
         print(f"{why}\n{USAGE}", file=sys.stderr)
         return 2
+    if cmd == "phases":
+        try:
+            records = [read_wall_file(f) for f in wall_files(files)]
+        except ResultsFileError as e:
+            print(f"[phases] {e}", file=sys.stderr)
+            return 1
+        print(format_phase_table(phase_table(records)))
+        return 0
     if cmd == "repair":
         code = 0
         for f in files:

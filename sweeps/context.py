@@ -7,7 +7,9 @@ config_hash, run_id, git_commit. The runner yields every cell back exactly once,
 it measured (status, reason, latency_ms, ...); it must not change the defining fields or the hash.
 `sweeps.run` appends each yielded row to the CSV (flushed) before asking for the next, so a runner should
 yield as soon as a cell is done. A runner may yield in any order, e.g. shape-major, and should call
-`ctx.started(cell)` before working on a cell so the progress bar shows it.
+`ctx.started(cell)` before working on a cell so the progress bar shows it. It times its work in phases with
+`ctx.phase(name, shared=None)` (never across a yield): the run's wall record splits each path's time, and the
+shared work's, by phase (artifact.results.PHASES).
 
 An exception inside a cell is the runner's to catch and yield as status "failed" (reason = the error)
 or "skipped" (reason = why it could not run). An exception escaping the runner stops the suite: the cell
@@ -15,12 +17,18 @@ last passed to `ctx.started` is recorded as failed and the sweep exits non-zero.
 """
 from __future__ import annotations
 
+import contextlib
+import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, ContextManager
 
 import torch
+
+from artifact.results import PHASES
+
+ROW = ""          # the owner of a phase booked to the path of the next row the runner yields
 
 
 @dataclass
@@ -49,18 +57,42 @@ class RunContext:
     git_commit: str
     results_dir: Path
     on_start: Callable[[dict], None] | None = field(default=None, repr=False)
-    shared_s: Counter = field(default_factory=Counter, repr=False)
+    shared_s: Counter = field(default_factory=Counter, repr=False)      # shared label -> seconds
+    phase_s: Counter = field(default_factory=Counter, repr=False)       # (owner, phase) -> seconds
+    _open: str = field(default="", repr=False)                          # the phase being timed now
 
-    def charge(self, label: str, seconds: float) -> None:
-        """Book work no single cell owns (a shape's workload + reference build, freeing memory between
-        shapes) under `label`, so the run's wall record keeps it out of the next row's path."""
-        self.shared_s[label] += seconds
+    @contextlib.contextmanager
+    def phase(self, name: str, shared: str | None = None):
+        """Time the enclosed work as phase `name` (artifact.results.PHASES) for the run's wall record: booked to
+        the path of the next row the runner yields or, with `shared`, under that label of work no single cell
+        owns (a shape's workload and reference, the memory release between shapes), which the record keeps out
+        of every path's time. On a GPU a phase that completes ends with the device synchronised, so the GPU work
+        it queued is its own; the timed work inside a phase is unchanged. Phases do not nest (nested, one
+        second would be booked twice)."""
+        if name not in PHASES:
+            raise ValueError(f"phase {name!r}: not one of {', '.join(PHASES)}")
+        if self._open:
+            raise RuntimeError(f"phase {name!r} opened inside phase {self._open!r}: its time would be booked twice")
+        self._open = name
+        t0 = time.monotonic()
+        try:
+            yield
+            if self.on_gpu:
+                torch.cuda.synchronize(self.device)
+        finally:
+            dt = time.monotonic() - t0
+            self._open = ""
+            self.phase_s[(shared or ROW, name)] += dt
+            if shared:
+                self.shared_s[shared] += dt
 
-    def take_charges(self) -> dict[str, float]:
-        """The charges booked since the last call (the sweep takes them with each row)."""
-        out = dict(self.shared_s)
+    def take_charges(self) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
+        """The shared seconds by label and the phases' seconds by (owner, phase) booked since the last call (the
+        sweep takes them with each row; owner ROW is that row's path)."""
+        shared, phases = dict(self.shared_s), dict(self.phase_s)
         self.shared_s.clear()
-        return out
+        self.phase_s.clear()
+        return shared, phases
 
     def started(self, cell: dict) -> None:
         """Tell the sweep that work on `cell` begins (progress bar; names the cell if the runner crashes)."""
@@ -70,6 +102,17 @@ class RunContext:
     @property
     def on_gpu(self) -> bool:
         return self.device.type == "cuda"
+
+
+def phase_clock(ctx) -> Callable[..., ContextManager]:
+    """`ctx.phase` of a RunContext; for another context (a tool's namespace of timer settings) a clock that
+    times nothing."""
+    return getattr(ctx, "phase", None) or untimed
+
+
+def untimed(name: str, shared: str | None = None) -> ContextManager:
+    """A phase clock that times nothing (phase_clock's for a context without one)."""
+    return contextlib.nullcontext()
 
 
 def shape_label(cell: dict) -> str:

@@ -30,13 +30,16 @@ from omegaconf import DictConfig, OmegaConf
 import sweeps.schema  # noqa: F401 - registers the schemas and generated groups with the ConfigStore
 from artifact.measure import run_tolerance, same_tolerance
 from artifact.env_record import write_env
-from artifact.results import (ResultsFileError, TableBusy, append_row, check_row, drop_rows, git_commit, new_run_id,
-                              read_table, repair_table, table_lock, write_rows)
+from artifact.results import (PHASES, ResultsFileError, TableBusy, append_row, check_row, drop_rows, git_commit,
+                              new_run_id, read_table, repair_table, table_lock, write_rows)
 from sweeps.context import RunContext, one_line, shape_label
 from sweeps.runners import RunnerUnavailable, load_runner
 from sweeps.spec import ConfigError, SweepSpec, check_results_dir, results_dir_of, shard_cells, validate
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_BUSY, EXIT_INCOMPLETE = 0, 1, 2, 73, 75
+# The wall record's label of a path's phase timed after the runner's last row (none is expected: a runner's work
+# for a cell comes before its row).
+AFTER_LAST_ROW = "(after the last row)"
 # Test hook (tests/test_sweeps.py): SIGKILL this process right after the N-th row of the run is written.
 KILL_AFTER_ENV = "ONELA_SWEEP_KILL_AFTER"
 
@@ -191,7 +194,7 @@ def _run_locked(cfg, spec: SweepSpec, device, results_dir: Path, out_csv: Path) 
         print(f"[sweeps] suite {spec.suite} cannot run: {e}", file=sys.stderr)
         return EXIT_FAILED
     ctx = _make_context(cfg, spec, device, results_dir)
-    new_rows, crash = _drive(cfg, runner, pending, ctx, out_csv)
+    new_rows, crash = _drive(cfg, runner, pending, ctx, out_csv, spec.suite)
     remaining = len([c for c in pending if c["config_hash"] not in new_rows])
     return _summary(spec, cells, recorded, new_rows, crash, remaining)
 
@@ -222,7 +225,8 @@ def _make_context(cfg, spec: SweepSpec, device, results_dir: Path) -> RunContext
              "gpu_pinning": os.environ.get("ONELA_GPU_PINNING"), "gpu_uuid": _gpu_uuid(device),
              "shard": {"index": spec.shard_index, "count": spec.shard_count}, "ceilings": ceilings,
              "timer": OmegaConf.to_container(cfg.timer), "tolerance": spec.tolerance,
-             "triton_interpret": os.environ.get("TRITON_INTERPRET", ""), "argv": sys.argv,
+             "triton_interpret": os.environ.get("TRITON_INTERPRET", ""),
+             "triton_cache_autotuning": os.environ.get("TRITON_CACHE_AUTOTUNING", ""), "argv": sys.argv,
              "baseline_pack": _baseline_pack_record(),
              "config": OmegaConf.to_container(cfg, resolve=True)}
     write_env(results_dir / "env" / f"{run_id}.json", extra)
@@ -231,7 +235,7 @@ def _make_context(cfg, spec: SweepSpec, device, results_dir: Path) -> RunContext
                       run_id=run_id, git_commit=commit, results_dir=results_dir)
 
 
-def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path):
+def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path, suite: str):
     """Feed the runner, write each row as it comes; stop at budget_min. Returns (rows by hash, crash text)."""
     from tqdm import tqdm
     cells = [{**c, "run_id": ctx.run_id, "git_commit": ctx.git_commit} for c in pending]
@@ -250,8 +254,21 @@ def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path):
     deadline = t_begin + 60 * cfg.budget_min if cfg.budget_min else None
     crash = None
     wall = Counter()                  # seconds until each row, by path, less the shared work below
-    shared = Counter()                # seconds of work no path owns (RunContext.charge), by label
+    shared = Counter()                # seconds of work no path owns (RunContext.phase(..., shared=label)), by label
+    phases: dict[str, Counter] = {}   # path or shared label -> phase -> seconds (RunContext.phase)
     t_last = t_begin
+
+    def book(path: str | None) -> dict[str, float]:
+        """Take the charges booked since the last row into shared and phases; the row's own phases go to `path`
+        (None: after the last row, where only shared work is left). Returns the shared seconds taken."""
+        taken, split = ctx.take_charges()
+        for (owner, name), secs in split.items():
+            if not owner and path is None:
+                owner = AFTER_LAST_ROW
+                taken[owner] = taken.get(owner, 0.0) + secs
+            phases.setdefault(owner or path, Counter())[name] += secs
+        shared.update(taken)
+        return taken
     rows = runner(cfg, cells, ctx)
     try:
         for row in rows:
@@ -269,11 +286,11 @@ def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path):
             if problems:          # a row that would not read back is recorded as this cell's failure
                 row = {**cell, "status": "failed",
                        "reason": one_line(f"the runner yielded an invalid row: {'; '.join(problems)}")}
-            append_row(out_csv, row)
+            with ctx.phase("record"):
+                append_row(out_csv, row)
             new_rows[h] = row
             now = time.monotonic()
-            charges = ctx.take_charges()          # shared per-shape work, booked apart from the row's path
-            shared.update(charges)
+            charges = book(row["path"])           # shared per-shape work, booked apart from the row's path
             wall[row["path"]] += max(now - t_last - sum(charges.values()), 0.0)
             t_last = now
             bar.update(1)
@@ -292,18 +309,30 @@ def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path):
         if hasattr(rows, "close"):
             rows.close()
         bar.close()
-        _write_wall(ctx, wall, shared, time.monotonic() - t_begin, new_rows)
+        book(None)                                # the runner's work after its last row (a last release)
+        _write_wall(ctx, suite, wall, shared, phases, time.monotonic() - t_begin, new_rows)
     return new_rows, crash
 
 
-def _write_wall(ctx: RunContext, wall: Counter, shared: Counter, total_s: float, new_rows: dict) -> None:
+def _write_wall(ctx: RunContext, suite: str, wall: Counter, shared: Counter, phases: dict[str, Counter],
+                total_s: float, new_rows: dict) -> None:
     """results/env/<run_id>.wall.json: this run's wall time and where it went, by path, plus the work no path
     owns (`shared`: a shape's workload + reference build, memory release between shapes); the README's suite
-    times come from these. Run start-up (ceilings, imports) is the rest of wall_s."""
+    times come from these. Run start-up (ceilings, imports) is the rest of wall_s. `phases` splits each path's
+    and each shared label's seconds by phase (artifact.results.PHASES); a path's time outside its timed phases
+    is its `other`, so an owner's phases add up to its wall_s (phases to the millisecond, wall_s to 0.1 s).
+    `python -m artifact.results phases` prints them as a table."""
     cells = Counter(r["path"] for r in new_rows.values())
-    rec = {"run_id": ctx.run_id, "wall_s": round(total_s, 1), "cells": len(new_rows),
+    owners = {**wall, **shared}
+    split = {}
+    for owner, secs in sorted(owners.items(), key=lambda kv: -kv[1]):
+        parts = phases.get(owner, Counter())
+        parts["other"] += max(secs - sum(v for k, v in parts.items() if k != "other"), 0.0)
+        split[owner] = {ph: round(parts[ph], 3) for ph in PHASES if round(parts[ph], 3) > 0}
+    rec = {"run_id": ctx.run_id, "suite": suite, "wall_s": round(total_s, 1), "cells": len(new_rows),
            "by_path": {p: {"wall_s": round(s, 1), "cells": cells[p]} for p, s in wall.most_common()},
-           "shared": {k: round(s, 1) for k, s in shared.most_common()}}
+           "shared": {k: round(s, 1) for k, s in shared.most_common()},
+           "phases": split}
     path = ctx.results_dir / "env" / f"{ctx.run_id}.wall.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(rec, indent=1) + "\n")

@@ -178,7 +178,10 @@ def test_one_measurement_per_distinct_stream_and_none_on_a_cpu(monkeypatch):
 # ---------------------------------------------------------------- the operator runner
 
 def _ctx(charges):
-    return types.SimpleNamespace(warmup_ms=10, rep_ms=50, charge=lambda label, s: charges.append(label))
+    """A context whose phase clock records the shared label each phase is booked under."""
+    import contextlib
+    return types.SimpleNamespace(warmup_ms=10, rep_ms=50,
+                                 phase=lambda name, shared=None: charges.append(shared) or contextlib.nullcontext())
 
 
 def test_the_runner_fills_the_column_of_a_timed_gpu_row_from_the_cost_model(monkeypatch):

@@ -365,6 +365,34 @@ def test_run_cells_on_cpu_rows(tmp_path):
         list(run_cells({"full_model": {"repeat": 3}}, cells[:1], ctx))
 
 
+def test_run_cells_books_the_shared_model_and_prefills_apart_from_the_paths(tmp_path, monkeypatch):
+    """Under a sweep's RunContext the model and the prompt prefills are booked under INPUTS (built once for the
+    cells that share them), each cell's decode under its path, and on a CPU nothing is released between cells
+    (no device memory is held)."""
+    from sweeps.context import ROW, RunContext
+    from sweeps.suites import full_model
+    built, released = [], []
+    real_prefill = full_model.FullModelInputs.prompt
+
+    def prompt(self, *a, **k):
+        before = len(self._prompts)
+        out = real_prefill(self, *a, **k)
+        built.extend([a[1:]] * (len(self._prompts) - before))
+        return out
+    monkeypatch.setattr(full_model.FullModelInputs, "prompt", prompt)
+    monkeypatch.setattr("artifact.measure.free_device_memory", lambda device: released.append(device))
+    ctx = RunContext(device=torch.device("cpu"), ceilings=None, tolerance=DEFAULT_TOLERANCE, warmup_ms=1, rep_ms=1,
+                     time_it=False, run_id="r", git_commit="c", results_dir=tmp_path)
+    rows = list(full_model.run_cells({"full_model": {"model": "tiny", "cpu": True}},
+                                     _cells(["reference_fullstate", "reference_replay"]), ctx))
+    assert [r["status"] for r in rows] == ["ok", "ok"]
+    shared, phases = ctx.take_charges()
+    assert built == [(2, 9, 0)] and not released          # one real prefill (no graphs on a CPU: no decoy)
+    assert set(shared) == {full_model.INPUTS, full_model.RELEASE} and shared[full_model.INPUTS] > 0
+    assert {ph for (owner, ph) in phases if owner == full_model.INPUTS} == {"setup"}
+    assert {ph for (owner, ph) in phases if owner == ROW} == {"setup", "capture"}     # CPU: gated, never timed
+
+
 def test_one_cell_measurement_captures_on_the_decoy_and_gates_on_the_real_prompt(monkeypatch):
     """artifact.model.cell, the measurement both the suite and the breakdown take: the graphs are captured while
     the decoy prompt is loaded, the search is replayed and gated on the real one, and a failing gate is never

@@ -26,6 +26,7 @@ from sweeps import runners
 from sweeps.run import EXIT_FAILED, EXIT_INCOMPLETE, EXIT_OK, KILL_AFTER_ENV, run_sweep
 from sweeps.spec import ConfigError, shape_cells, shard_cells, validate
 from sweeps.suites import operator as operator_runner
+from artifact import measure
 from artifact.results import COLUMNS, ResultsFileError, fold_rerun, merge_shards, read_rows, write_rows
 
 REPO = Path(__file__).resolve().parents[1]
@@ -179,8 +180,16 @@ def test_smoke_suite_end_to_end_and_rerun_skips(tmp_path, capsys):
     assert set(wall["shared"]) == {BUILD, RELEASE} and min(wall["shared"].values()) >= 0   # 0.1 s resolution
     assert sum(w["wall_s"] for w in wall["by_path"].values()) + sum(wall["shared"].values()) \
         <= wall["wall_s"] + 0.05 * (len(wall["by_path"]) + len(wall["shared"]) + 1)   # each is rounded to 0.1 s
+    phases = wall["phases"]                                 # ... and in which phase
+    assert set(phases) == set(wall["by_path"]) | set(wall["shared"])
+    assert set(phases[BUILD]) == {"setup", "reference"}
+    for path in {r["path"] for r in rows if r["status"] == "ok"}:
+        assert {"gate", "record"} <= set(phases[path]) <= {"setup", "capture", "gate", "record", "other"}, path
+    for path in {r["path"] for r in rows if r["status"] == "skipped"}:       # supports() and the row alone
+        assert set(phases[path]) <= {"setup", "record", "other"}, path
     env = json.loads((res / "env" / f"{run_id}.json").read_text())
     assert env["suite"] == "smoke" and env["git_commit"] and "torch" in env and env["config"]["suite"]["name"] == "smoke"
+    assert "triton_cache_autotuning" in env
     assert "ok " in p.stdout and "failed 0" in p.stdout
     assert not (tmp_path / "results").exists() and (tmp_path / "outputs" / "smoke").is_dir()   # Hydra's own dir
 
@@ -382,9 +391,118 @@ def test_an_out_of_memory_cell_is_retried_once_after_freeing_memory(tmp_path, mo
         calls.append(device)
         _Path.freed = True
     monkeypatch.setattr(operator_runner, "free_device_memory", free)
+    monkeypatch.setattr(measure, "free_device_memory", free)
     assert run_sweep(_cfg(tmp_path, "path=[onela]")) == EXIT_OK
     (row,) = read_rows(tmp_path / "r" / "smoke.csv")
-    assert row["status"] == "ok" and len(calls) == 2     # the retry's, and the end of the shape's
+    assert row["status"] == "ok" and len(calls) == 1     # the retry's: the shape ends holding nothing
+
+
+def test_memory_is_released_after_a_shape_only_where_tensors_still_hold_it(tmp_path, monkeypatch):
+    """supports()' memory checks count the allocator's cached blocks as free (artifact.limits.device_free_bytes),
+    so a release (gc + empty cache) changes what they see only where tensors still hold memory after a shape (a
+    reference cycle): the shape that leaves some held is released, the one that leaves none is not."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    held, released = {"bytes": 0}, []
+
+    class Leaky(_Path):
+        def run(self, wl):
+            if wl.W == 3:
+                held["bytes"] += 1 << 20          # kept alive past the shape, as a reference cycle keeps it
+            return super().run(wl)
+
+    def free(device):
+        released.append(device)
+        held["bytes"] = 0                         # the gc pass frees it
+    monkeypatch.setattr(operator_runner, "get_path", lambda name: Leaky("ok"))
+    monkeypatch.setattr(measure, "allocated_bytes", lambda device: held["bytes"])
+    monkeypatch.setattr(operator_runner, "allocated_bytes", lambda device: held["bytes"])
+    monkeypatch.setattr(measure, "free_device_memory", free)
+    monkeypatch.setattr(operator_runner, "free_device_memory", free)
+    assert run_sweep(_cfg(tmp_path, "path=[onela,reference_fullstate]", "shape.W=[3,5]")) == EXIT_OK
+    rows = read_rows(tmp_path / "r" / "smoke.csv")
+    assert {r["W"] for r in rows} == {"3", "5"} and all(r["status"] == "ok" for r in rows)
+    assert len(released) == 1 and held["bytes"] == 0       # after the W=3 shape only
+
+
+def test_the_wall_record_splits_each_owner_into_phases(tmp_path, monkeypatch, capsys):
+    """RunContext.phase books a runner's work by phase: to the next row's path, or under a shared label kept out
+    of every path; a path's untimed rest is its `other`, so an owner's phases add up to its wall time. A phase
+    name outside PHASES, or a phase inside another, is refused."""
+    import time as _time
+    from artifact.results import PHASES, format_phase_table, phase_table
+
+    def runner(cfg, cells, ctx):
+        for cell in cells:
+            ctx.started(cell)
+            with ctx.phase("setup", shared="(build)"):
+                _time.sleep(0.05)
+            with ctx.phase("gate"):
+                _time.sleep(0.1)
+            _time.sleep(0.03)                      # the path's untimed rest
+            yield {**cell, "status": "ok", "max_abs_err": 0.0}
+        with ctx.phase("release", shared="(release)"):
+            _time.sleep(0.02)                      # after the last row
+    monkeypatch.setattr(sweep_run, "load_runner", lambda name: runner)
+    assert run_sweep(_cfg(tmp_path, REFS)) == EXIT_OK
+    (wall_file,) = (tmp_path / "r" / "env").glob("*.wall.json")
+    wall = json.loads(wall_file.read_text())
+    assert wall["suite"] == "smoke"
+    n = {p: w["cells"] for p, w in wall["by_path"].items()}
+    assert set(n) == {"reference_fullstate", "reference_replay"}
+    assert set(wall["phases"]) == set(wall["by_path"]) | set(wall["shared"]) == set(n) | {"(build)", "(release)"}
+    for owner, parts in wall["phases"].items():
+        assert set(parts) <= set(PHASES)
+        total = wall["by_path"][owner]["wall_s"] if owner in n else wall["shared"][owner]
+        assert abs(sum(parts.values()) - total) <= 0.051, (owner, parts, total)
+    for p, cells in n.items():
+        parts = wall["phases"][p]
+        assert parts["gate"] >= 0.1 * cells and parts["other"] >= 0.03 * cells and "setup" not in parts
+        assert parts["record"] > 0                                  # the row's own write
+    assert set(wall["phases"]["(build)"]) == {"setup"} and wall["phases"]["(build)"]["setup"] >= 0.05 * sum(n.values())
+    assert set(wall["phases"]["(release)"]) == {"release"}          # booked though no row came after it
+    head, _, first = format_phase_table(phase_table([wall])).splitlines()[:3]
+    assert head.split(" | ")[4:] == ["setup", "gate", "release", "record", "other", "unbooked |"]
+    assert first.startswith("| smoke | reference_")
+
+    from sweeps.context import RunContext
+    ctx = RunContext(device=CPU, ceilings=None, tolerance=1e-3, warmup_ms=1, rep_ms=1, time_it=False, run_id="r",
+                     git_commit="c", results_dir=tmp_path)
+    with pytest.raises(ValueError, match="phase 'warmup': not one of setup, reference"):
+        with ctx.phase("warmup"):
+            pass
+    with pytest.raises(RuntimeError, match="phase 'gate' opened inside phase 'capture'"):
+        with ctx.phase("capture"):
+            with ctx.phase("gate"):
+                pass
+
+
+def test_phases_report_prints_one_table_from_wall_records(tmp_path, capsys):
+    """`python -m artifact.results phases` over a run folder: per stage, owner and phase, summed over the
+    records; a record from before phases existed shows its owners' time as `unsplit`."""
+    from artifact.results import main as results_main
+    env = tmp_path / "run" / "env"
+    env.mkdir(parents=True)
+    new = {"run_id": "operator-20260101T000000Z-aaaaaa", "suite": "operator", "wall_s": 10.0, "cells": 3,
+           "by_path": {"onela": {"wall_s": 6.0, "cells": 3}}, "shared": {"(workload + FP32 reference)": 3.0},
+           "phases": {"onela": {"capture": 4.0, "timing": 1.5, "other": 0.5},
+                      "(workload + FP32 reference)": {"setup": 1.0, "reference": 2.0}}}
+    old = {"run_id": "operator-20250101T000000Z-bbbbbb", "wall_s": 5.0, "cells": 2,
+           "by_path": {"onela": {"wall_s": 4.0, "cells": 2}}, "shared": {}}
+    (env / f"{new['run_id']}.wall.json").write_text(json.dumps(new))
+    (env / f"{old['run_id']}.wall.json").write_text(json.dumps(old))
+    (env / f"{new['run_id']}.json").write_text("{}")           # an env record is not a wall record
+    assert results_main(["phases", str(tmp_path / "run")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == ("| stage | path or shared work | cells | wall s | setup | reference | capture | timing | "
+                        "other | unsplit | unbooked |")
+    assert lines[2] == "| operator | onela | 5 | 10.0 |  |  | 4.0 | 1.5 | 0.5 | 4.0 |  |"
+    assert lines[3] == "| operator | (workload + FP32 reference) |  | 3.0 | 1.0 | 2.0 |  |  |  |  |  |"
+    assert lines[4] == "| operator | (all: 2 record(s)) | 5 | 15.0 |  |  |  |  |  |  | 2.0 |"
+    (tmp_path / "empty").mkdir()
+    for arg, said in (("empty", "no wall records (*.wall.json) in it or in its env/"),
+                      ("missing", "no such file or folder")):
+        assert results_main(["phases", str(tmp_path / arg)]) == 1
+        assert f"{tmp_path / arg}: {said}" in capsys.readouterr().err
 
 
 def test_no_path_object_outlives_its_cell(tmp_path, monkeypatch):

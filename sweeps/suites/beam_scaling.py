@@ -38,7 +38,7 @@ from artifact.paths import get_path, make_stepper
 from artifact.reference import fullstate_decode
 from artifact.results import append_csv
 from artifact.workload import KNOWN_LINEAGES, Geometry, Shape, default_prompt_len
-from sweeps.context import RunContext, one_line
+from sweeps.context import RunContext, one_line, phase_clock
 from sweeps.suites.operator import SHAPE_FIELDS, _run_shape, run_cell
 
 STEPS_FILE = "beam_scaling_steps.csv"
@@ -287,13 +287,17 @@ def _per_step(cell: dict, row: dict, wl, ref, ctx: RunContext, settings: BeamSca
     T = cell["T"]
     side = {k: cell.get(k) for k in ("config_hash", "run_id", "path", "geometry", "R", "W", "T", "O")}
     side.update(step=T - 1, latency_ms=row.get("latency_ms"))
-    path = get_path(cell["path"])
+    phase = phase_clock(ctx)
+    with phase("setup"):
+        path = get_path(cell["path"])
     try:
         res = check_and_time_steps(path, wl, ref, tolerance=path_tolerance(path, ctx.tolerance),
-                                   repeats=settings.step_repeats, warmup=settings.step_warmup, time_it=ctx.time_it)
+                                   repeats=settings.step_repeats, warmup=settings.step_warmup, time_it=ctx.time_it,
+                                   phase=phase)
     except torch.cuda.OutOfMemoryError as e:
         path = None
-        free_device_memory(ctx.device)
+        with phase("release"):
+            free_device_memory(ctx.device)
         side.update(status="skipped", reason=one_line(f"out of memory: {e}"))
     except Exception as e:  # noqa: BLE001 - recorded beside the cell, and the sweep goes on
         side.update(status="failed", reason=one_line(f"{type(e).__name__}: {e}"))

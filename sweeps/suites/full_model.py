@@ -16,6 +16,10 @@ On a GPU the non-recurrent ops are fused with torch.compile (artifact.model.bloc
 first cell the run continues eager, and every row's `timer` names the pipeline and prompt-attention kernel.
 persistent_bytes / written_bytes are the steppers' recurrent state (all GDN layers). The figure's numbers
 (speedups, distances) are computed from the rows by plots.reproduced.
+Wall-record phases (sweeps.context.RunContext.phase): the model and the prefills under INPUTS (setup), then per
+cell the path's set-up, `capture` (gated_decode: the decoder's build, torch.compile on the first cell, the graph
+capture and the one gated search, which that call does together), `timing`, and after the cell a memory release
+under RELEASE where tensors still hold more than before it (artifact.measure.release_if_held).
 """
 from __future__ import annotations
 
@@ -26,12 +30,17 @@ from typing import Iterator
 
 import torch
 
-from artifact.measure import cuda_context_alive, free_device_memory
-from artifact.model.cell import VLLM_ALIGN_BLOCK_QWEN3_5_0_8B, FullModelInputs, gated_decode
+from artifact.measure import allocated_bytes, cuda_context_alive, release_if_held
+from artifact.model.cell import VLLM_ALIGN_BLOCK_QWEN3_5_0_8B, FullModelInputs, gated_decode, uses_graphs
 from artifact.model.decode import BeamDecoder
 from artifact.model.network import HybridModel
 from artifact.paths import get_path
 from artifact.workload import Shape
+from sweeps.context import phase_clock
+
+# Wall-record labels of the work no cell owns: the model and the prefills its cells share, and returning memory.
+INPUTS = "(model + prompt prefills)"
+RELEASE = "(memory release between cells)"
 
 # A correctness-only run of the grid's plumbing on a CPU: the tiny model, on a geometry of its GDN shape.
 CPU_RUN = ("python -m sweeps.run suite=full_model geometry=smoke_gqa geometry.smoke_gqa.v=16 full_model.model=tiny "
@@ -108,12 +117,16 @@ def run_cells(cfg, cells: list[dict], ctx) -> Iterator[dict]:
     inputs = _Inputs(settings, ctx.device)
     order = sorted(range(len(cells)), key=lambda i: (cells[i]["seed"], cells[i]["R"], cells[i]["prompt_len"],
                                                      cells[i]["W"], cells[i]["T"]))
+    phase = phase_clock(ctx)
     for i in order:
         cell = cells[i]
         ctx.started(cell)
+        held = allocated_bytes(ctx.device)
         row = _run_cell(cell, settings, inputs, ctx)
         lost = row["status"] == "failed" and not cuda_context_alive(ctx.device)
-        free_device_memory(ctx.device)
+        if not lost:
+            with phase("release", shared=RELEASE):
+                release_if_held(ctx.device, held)
         yield row
         if lost:
             raise RuntimeError(f"CUDA context unusable after {cell['path']} failed ({row['reason'][:200]}); "
@@ -141,14 +154,29 @@ def _run_cell(cell: dict, settings: FullModelSettings, inputs: _Inputs, ctx) -> 
     if not on_gpu and not settings.cpu:
         return _row(cell, "skipped", "full_model needs a CUDA GPU (the 0.8B model at W=256 beams); a CPU run of "
                                      f"the tiny model: {CPU_RUN}")
+    phase = phase_clock(ctx)
     try:
-        path = get_path(cell["path"])
-        model = inputs.cell_model(cell)
-        reason = path.supports(model.cfg.geometry, Shape(cell["R"], cell["W"], cell["T"]), ctx.device)
+        with phase("setup"):
+            path = get_path(cell["path"])
+        with phase("setup", shared=INPUTS):
+            model = inputs.cell_model(cell)
+        with phase("setup"):
+            reason = path.supports(model.cfg.geometry, Shape(cell["R"], cell["W"], cell["T"]), ctx.device)
     except Exception as e:  # noqa: BLE001
         return _row(cell, "failed", f"setup: {type(e).__name__}: {e}")
     if reason:
         return _row(cell, "skipped", reason)
+    try:
+        # the prefills gated_decode loads (inputs keeps them for the cells that share them), built here so that
+        # their time is booked as shared set-up; a failure is recorded as gated_decode's would be
+        with phase("setup", shared=INPUTS):
+            if uses_graphs(model, cell["path"]):
+                inputs.prompt(model, cell["R"], cell["prompt_len"], cell["seed"], decoy=True)
+            inputs.prompt(model, cell["R"], cell["prompt_len"], cell["seed"])
+    except torch.cuda.OutOfMemoryError as e:
+        return _row(cell, "skipped", f"out of memory: {e}")
+    except Exception as e:  # noqa: BLE001
+        return _row(cell, "failed", f"{type(e).__name__}: {e}")
     row = _measure(cell, settings, inputs, ctx, model, inputs.compile)
     if inputs.compile_error and inputs.compile and not inputs.compiled_ok:
         # torch.compile is only a fusion of the fixed pipeline: if it breaks on the first cell, the whole run
@@ -161,9 +189,11 @@ def _run_cell(cell: dict, settings: FullModelSettings, inputs: _Inputs, ctx) -> 
 
 
 def _measure(cell, settings, inputs, ctx, model, compile: bool) -> dict:
+    phase = phase_clock(ctx)
     try:
-        gated = gated_decode(inputs, model, cell["path"], cell["R"], cell["W"], cell["T"], cell["prompt_len"],
-                             cell["seed"], ctx.tolerance, attention=settings.attention, compile=compile)
+        with phase("capture"):     # the decoder's build, first calls (torch.compile) and capture, and the gated search
+            gated = gated_decode(inputs, model, cell["path"], cell["R"], cell["W"], cell["T"], cell["prompt_len"],
+                                 cell["seed"], ctx.tolerance, attention=settings.attention, compile=compile)
         dec, graphs = gated.decoder, gated.graphs
         pipeline = dec.ops.label + (f" (torch.compile failed: {inputs.compile_error})" if inputs.compile_error
                                     else "")
@@ -174,7 +204,8 @@ def _measure(cell, settings, inputs, ctx, model, compile: bool) -> dict:
             row.update(status="failed", reason=gated.reason)
             return row
         if on_gpu and ctx.time_it:
-            t = gated.time(settings.repeats, settings.warmup)
+            with phase("timing"):
+                t = gated.time(settings.repeats, settings.warmup)
             row.update(latency_ms=t.median_ms, p20_ms=t.p20_ms, p80_ms=t.p80_ms,
                        timer=(f"{'cuda_graph_per_call' if graphs else 'eager(not capturable)'}+cuda_events(sum over "
                               f"T calls, median of {settings.repeats} "

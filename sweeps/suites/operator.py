@@ -5,9 +5,13 @@ skip, before anything is built); if any path remains, build the workload and its
 once, then for each remaining path run artifact.measure.check_and_time (correctness gate, then CUDA-graph
 timing on a GPU, artifact.timing.time_replay) and fill the floors from path.cost(wl): floor_ms, and on a timed
 row launch_floor_ms (artifact.launch_floor, measured once per distinct per-step byte count in the process, after
-the path's memory is released). GPU memory is returned
-(gc + empty cache) between shapes, so every supports() memory check sees it free; between the paths of a shape
-only when a path runs out of memory, before its one retry.
+the path's memory is released). After a shape, GPU memory is released (gc + empty cache) where tensors still hold
+more of it than before the shape began (artifact.measure.release_if_held: supports()' memory checks count the
+allocator's cached blocks as free, so only memory still held would hide from them); between the paths of a shape
+only when a path runs out of memory, before its one retry. Each part of the work is timed as a phase of the run's
+wall record (sweeps.context.RunContext.phase): the shape's workload (setup) and FP32 reference under BUILD, the
+release under RELEASE, the launch floor under LAUNCH_FLOOR, each path's supports() (setup), capture, gate and
+timing under its path.
 
 Outcomes: a path that raises is a failed cell with the error; one that runs out of GPU memory is a
 *skipped* cell with reason "out of memory: ..." (the shape does not fit beside this path's state on this
@@ -18,17 +22,16 @@ from __future__ import annotations
 
 import itertools
 import math
-import time
 from typing import Iterator
 
 import torch
 
-from artifact.measure import (check_and_time, cuda_context_alive, floor_ms, free_device_memory, gate_note,
-                              path_tolerance)
+from artifact.measure import (allocated_bytes, check_and_time, cuda_context_alive, floor_ms, free_device_memory,
+                              gate_note, path_tolerance, release_if_held)
 from artifact.paths import get_path
 from artifact.reference import fullstate_decode
 from artifact.workload import Geometry, Shape, lineage_unavailable, make_workload
-from sweeps.context import RunContext, one_line
+from sweeps.context import RunContext, one_line, phase_clock
 
 BUILD = "(workload + FP32 reference)"        # wall-record labels of the per-shape work no path owns
 RELEASE = "(memory release between shapes)"
@@ -76,7 +79,8 @@ def _run_shape(cells: list[dict], ctx: RunContext, measure=None, reference=None)
     for cell in cells:
         ctx.started(cell)
         try:
-            reason = get_path(cell["path"]).supports(geo, shape, ctx.device)
+            with ctx.phase("setup"):
+                reason = get_path(cell["path"]).supports(geo, shape, ctx.device)
         except Exception as e:  # noqa: BLE001 - a broken supports() is that cell's failure
             yield _row(cell, "failed", f"supports() raised {type(e).__name__}: {e}")
             continue
@@ -87,12 +91,13 @@ def _run_shape(cells: list[dict], ctx: RunContext, measure=None, reference=None)
     if not runnable:
         return                                   # nothing to run: never build the workload
 
-    t0 = time.monotonic()
+    held = allocated_bytes(ctx.device)           # the level the shape's release returns to
     try:
-        wl = make_workload(geo, shape.R, shape.W, shape.T, lineage=c0["lineage"], seed=c0["seed"],
-                           device=ctx.device, prompt_len=c0["prompt_len"])
-        ref = reference(wl)
-        ctx.charge(BUILD, time.monotonic() - t0)
+        with ctx.phase("setup", shared=BUILD):
+            wl = make_workload(geo, shape.R, shape.W, shape.T, lineage=c0["lineage"], seed=c0["seed"],
+                               device=ctx.device, prompt_len=c0["prompt_len"])
+        with ctx.phase("reference", shared=BUILD):
+            ref = reference(wl)
     except torch.cuda.OutOfMemoryError as e:
         free_device_memory(ctx.device)
         for cell in runnable:
@@ -112,9 +117,8 @@ def _run_shape(cells: list[dict], ctx: RunContext, measure=None, reference=None)
                                   "re-run the same command to continue with the remaining cells")
         yield row
     del wl, ref
-    t0 = time.monotonic()
-    free_device_memory(ctx.device)
-    ctx.charge(RELEASE, time.monotonic() - t0)
+    with ctx.phase("release", shared=RELEASE):
+        release_if_held(ctx.device, held)
 
 
 def run_cell(cell: dict, wl, ref, ctx: RunContext, path=None) -> dict:
@@ -124,15 +128,17 @@ def run_cell(cell: dict, wl, ref, ctx: RunContext, path=None) -> dict:
     for a whole shape would hold every path's pools at the same time: big shapes would run out of memory and
     the next shapes' supports() would see the GPU nearly full.) `ctx` needs tolerance, warmup_ms, rep_ms,
     time_it, ceilings and device; a `charge` method, where it has one, books the launch floor's time apart."""
+    phase = phase_clock(ctx)
     fresh = path is None
-    path = get_path(cell["path"]) if fresh else path
+    with phase("setup"):
+        path = get_path(cell["path"]) if fresh else path
     # A framework whose kernel computes in lower precision declares its own, documented gate (its docstring
     # says why). The row's `tolerance` is the gate applied; its reason names the run's (gate_note).
     tolerance = path_tolerance(path, ctx.tolerance)
     try:
         try:
             res = check_and_time(path, wl, ref, tolerance=tolerance, warmup_ms=ctx.warmup_ms,
-                                 rep_ms=ctx.rep_ms, time_it=ctx.time_it)
+                                 rep_ms=ctx.rep_ms, time_it=ctx.time_it, phase=phase)
         except torch.cuda.OutOfMemoryError:
             # The previous path's memory went back by reference counting (no gc pass between the paths of a
             # shape: ~50-100 ms each, minutes over the suite). Drop this attempt's half-built state, collect
@@ -140,10 +146,11 @@ def run_cell(cell: dict, wl, ref, ctx: RunContext, path=None) -> dict:
             if not fresh:
                 raise
             path = None
-            free_device_memory(ctx.device)
+            with phase("release"):
+                free_device_memory(ctx.device)
             path = get_path(cell["path"])
             res = check_and_time(path, wl, ref, tolerance=tolerance, warmup_ms=ctx.warmup_ms,
-                                 rep_ms=ctx.rep_ms, time_it=ctx.time_it)
+                                 rep_ms=ctx.rep_ms, time_it=ctx.time_it, phase=phase)
     except torch.cuda.OutOfMemoryError as e:
         return _row(cell, "skipped", f"out of memory: {e}")
     except Exception as e:  # noqa: BLE001 - recorded, and the sweep goes on
@@ -179,23 +186,20 @@ def launch_floor_ms(steps, warmup_ms: float, rep_ms: float, device) -> float:
 def _launch_floor(row: dict, cost: dict, wl, ctx) -> None:
     """Fill launch_floor_ms of a timed row (a finite latency, on a GPU, floor_ms <= LAUNCH_FLOOR_MAX_FLOOR_MS) from
     its cost model's per-step bytes, with the cell's timer settings. A floor that cannot be measured leaves the column empty and says why in the
-    reason; the row keeps its latency. Out of memory gets one retry after the cached blocks are returned."""
+    reason; the row keeps its latency. Out of memory gets one retry after the cached blocks are returned. Its
+    time is booked under LAUNCH_FLOOR, apart from the row's path (one measurement serves several paths)."""
     if wl.device.type != "cuda" or not math.isfinite(row.get("latency_ms", math.nan)):
         return
     if not row.get("floor_ms", math.inf) <= LAUNCH_FLOOR_MAX_FLOOR_MS:
         return
-    t0 = time.monotonic()
     try:
-        steps = cost["step_bytes"]
-        try:
-            value = launch_floor_ms(steps, ctx.warmup_ms, ctx.rep_ms, wl.device)
-        except torch.cuda.OutOfMemoryError:
-            free_device_memory(wl.device)
-            value = launch_floor_ms(steps, ctx.warmup_ms, ctx.rep_ms, wl.device)
+        with phase_clock(ctx)("launch_floor", shared=LAUNCH_FLOOR):
+            steps = cost["step_bytes"]
+            try:
+                value = launch_floor_ms(steps, ctx.warmup_ms, ctx.rep_ms, wl.device)
+            except torch.cuda.OutOfMemoryError:
+                free_device_memory(wl.device)
+                value = launch_floor_ms(steps, ctx.warmup_ms, ctx.rep_ms, wl.device)
         row["launch_floor_ms"] = value
     except Exception as e:  # noqa: BLE001 - a floor that cannot be measured must not hide a measured latency
         row["reason"] = one_line(f"{row['reason']} launch floor not measured: {type(e).__name__}: {e}".strip())
-    finally:
-        charge = getattr(ctx, "charge", None)
-        if charge is not None:
-            charge(LAUNCH_FLOOR, time.monotonic() - t0)

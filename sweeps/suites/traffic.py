@@ -45,12 +45,15 @@ import tempfile
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from sweeps.context import phase_clock, untimed
+
 # The counters the child collects, and the name of its L2 drain kernel (`traffic_child._l2_read_kernel`), by which
 # the runner tells the drain from the run's kernels. Defined here, not in the child: this module is imported with
 # the sweep's configs, before a CPU run sets TRITON_INTERPRET, and so must not import triton.
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 DRAIN_KERNEL = "_l2_read_kernel"
 
+CALIBRATION = "(counter calibration)"      # the wall record's label of a method's calibration children
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_MODULE = "sweeps.suites.traffic_child"
 
@@ -423,20 +426,25 @@ def _num(x):
 
 
 def measure_cell(cell: dict, opts: TrafficOptions, workdir: Path, calibrations: dict, device: str | None = None,
-                 on_calibration=None) -> dict:
-    """The measured fields of one cell's row (status, reason, dram_*_bytes, flops, ...)."""
+                 on_calibration=None, phase=None) -> dict:
+    """The measured fields of one cell's row (status, reason, dram_*_bytes, flops, ...). `phase(name, shared=None)`
+    (sweeps.context.RunContext.phase) books the census child, the counter attempts and a method's first
+    calibration (under CALIBRATION: it serves every later cell) to the run's wall record."""
+    phase = phase or untimed
     cell_json = {k: cell.get(k) for k in ("path", "geometry", "HK", "HV", "K", "V", "R", "W", "T", "prompt_len",
                                           "lineage", "seed") if k in cell}
     cell_args = ["--target", "path", "--cell", json.dumps(cell_json, default=str)]
     if cell.get("tolerance") not in (None, ""):
         cell_args += ["--tolerance", str(cell["tolerance"])]
-    census, stop = _census(cell_args, opts, workdir, device) if opts.census else (None, None)
+    with phase("census"):
+        census, stop = _census(cell_args, opts, workdir, device) if opts.census else (None, None)
     ladder = [ATTEMPTS[n] for n in opts.ladder]
     if stop is not None:
         outcome, used, failures = stop, None, []
     else:
-        outcome, used, failures = measure_with_fallback(
-            ladder, lambda a: run_attempt(a, cell_args, opts, workdir, census, device))
+        with phase("counters"):
+            outcome, used, failures = measure_with_fallback(
+                ladder, lambda a: run_attempt(a, cell_args, opts, workdir, census, device))
     c = outcome.child
     row = {"status": outcome.status, "persistent_bytes": c.get("persistent_bytes", ""),
            "written_bytes": c.get("written_bytes", ""), "flops": _num(c.get("flops")),
@@ -452,7 +460,8 @@ def measure_cell(cell: dict, opts: TrafficOptions, workdir: Path, calibrations: 
     else:
         row["dram_read_bytes"], row["dram_write_bytes"] = round(outcome.read), round(outcome.write)
         if used.name not in calibrations:
-            calibrations[used.name] = calibrate(used, opts, workdir, device)
+            with phase("calibration", shared=CALIBRATION):
+                calibrations[used.name] = calibrate(used, opts, workdir, device)
             if on_calibration:
                 on_calibration(calibrations)
         notes = [gate, f"method {used.name}", f"{outcome.kernels} kernels" if outcome.kernels else "",
@@ -495,7 +504,8 @@ def run_cells(cfg, cells: list[dict], ctx):
             row.update(status="skipped", reason="traffic needs a CUDA GPU with readable hardware counters")
         else:
             try:
-                row.update(measure_cell(cell, opts, workdir, calibrations, device, on_calibration=save))
+                row.update(measure_cell(cell, opts, workdir, calibrations, device, on_calibration=save,
+                                        phase=phase_clock(ctx)))
             except Exception as e:  # noqa: BLE001 - one broken cell must not stop the suite
                 row.update(status="failed", reason=f"traffic runner: {type(e).__name__}: {e}")
         yield row
