@@ -9,7 +9,9 @@ import math
 import os
 import shutil
 import stat
+import subprocess
 import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -263,6 +265,28 @@ def test_measure_cell_row_names_the_method_its_calibration_and_earlier_failures(
     assert list(cals) == ["ncu-kernel-retry"]
     side = json.loads((tmp_path / "h1.json").read_text())
     assert side["attempt"] == "ncu-kernel-retry" and side["census"] == census
+
+
+def test_only_the_measuring_child_runs_the_fp32_check(tmp_path, monkeypatch):
+    """The census child lists the kernels of the run and is started without the check (--no-check); the child that
+    measures the counters checks the same run against FP32 FullState, as the run's options say."""
+    started = []
+
+    def run(argv, **kw):
+        started.append(argv)
+        out = Path(argv[argv.index("--out") + 1])
+        out.write_text(json.dumps({"status": "ok", "census": {"kernels": ["k"], "copies": []}}))
+        return subprocess.CompletedProcess(argv, 0, "", "")
+    monkeypatch.setattr(traffic.subprocess, "run", run)
+    args = ["--target", "path", "--cell", "{}"]
+    for check in (True, False):
+        started.clear()
+        opts = TrafficOptions(check=check, ladder=("torch-profiler",))
+        assert traffic._census(args, opts, tmp_path, "cuda:0")[0] == {"kernels": ["k"], "copies": []}
+        traffic.run_attempt(ATTEMPTS["torch-profiler"], args, opts, tmp_path, None, "cuda:0")
+        census, measuring = started
+        assert census[census.index("--method") + 1] == "census" and "--no-check" in census
+        assert ("--no-check" in measuring) is (not check)
 
 
 def test_measure_cell_reason_names_a_paths_own_gate(tmp_path, monkeypatch):
