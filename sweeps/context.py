@@ -78,7 +78,11 @@ class RunContext:
         try:
             yield
             if self.on_gpu:
-                torch.cuda.synchronize(self.device)
+                # accounting only: an error the device reports here belongs to the work, whose next CUDA call
+                # raises it where the runner records it (a raise here would escape between a row's write and its
+                # booking)
+                with contextlib.suppress(Exception):
+                    torch.cuda.synchronize(self.device)
         finally:
             dt = time.monotonic() - t0
             self._open = ""

@@ -474,6 +474,17 @@ def test_the_wall_record_splits_each_owner_into_phases(tmp_path, monkeypatch, ca
         with ctx.phase("capture"):
             with ctx.phase("gate"):
                 pass
+    # on a GPU a phase ends with a synchronisation for its accounting alone: an error it reports is left to the
+    # work's next CUDA call (a raise there would come between a row's write and its booking)
+    gpu = RunContext(device=torch.device("cuda", 0), ceilings=None, tolerance=1e-3, warmup_ms=1, rep_ms=1,
+                     time_it=True, run_id="r", git_commit="c", results_dir=tmp_path)
+
+    def sync(device=None):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+    monkeypatch.setattr(torch.cuda, "synchronize", sync)
+    with gpu.phase("record"):
+        pass
+    assert gpu.take_charges()[1].keys() == {("", "record")}
 
 
 def test_phases_report_prints_one_table_from_wall_records(tmp_path, capsys):

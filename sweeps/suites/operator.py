@@ -99,7 +99,8 @@ def _run_shape(cells: list[dict], ctx: RunContext, measure=None, reference=None)
         with ctx.phase("reference", shared=BUILD):
             ref = reference(wl)
     except torch.cuda.OutOfMemoryError as e:
-        free_device_memory(ctx.device)
+        with ctx.phase("release", shared=RELEASE):
+            free_device_memory(ctx.device)
         for cell in runnable:
             yield _row(cell, "skipped", f"out of memory building the workload/reference: {e}")
         return
