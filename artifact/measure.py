@@ -239,21 +239,43 @@ def allocated_bytes(device) -> int:
     return int(torch.cuda.memory_allocated(dev)) if dev.type == "cuda" else 0
 
 
-def release_if_held(device, allocated_before: int) -> bool:
-    """free_device_memory(device) where live tensors hold more of it than `allocated_before`, the level before a
-    unit of work (a shape, a cell) began; True if it released.
+# What a unit of work's leftover allocator cache may hold of the device before it is returned to the driver
+# (release_where_needed): a CUDA graph capture draws its private pool's segments from the driver and cannot take
+# back the allocator's cached blocks while it captures, so cached blocks left over from earlier shapes take that
+# much room from a later capture. The paths of one shape already capture beside each other's cached blocks (nothing
+# is released between them), and a capture that still runs out of memory gets run_cell's release and one retry.
+CACHE_RELEASE_SHARE = 0.1
+
+
+def cached_share(device) -> float:
+    """The share of `device`'s memory that the caching allocator holds and no tensor uses; 0 off CUDA."""
+    dev = torch.device(device)
+    if dev.type != "cuda":
+        return 0.0
+    cached = torch.cuda.memory_reserved(dev) - torch.cuda.memory_allocated(dev)
+    return cached / torch.cuda.get_device_properties(dev).total_memory
+
+
+def release_where_needed(device, allocated_before: int) -> str:
+    """After a unit of work (a shape, a cell) that began with `allocated_before` bytes held by live tensors:
+    "collected" (free_device_memory: gc, then the cache returned) where live tensors hold more than that; else
+    "cache returned" (empty_cache alone) where the allocator's unused cache exceeds CACHE_RELEASE_SHARE of the
+    device; else "" (nothing done).
 
     What a path's supports() sees of the device is artifact.limits.device_free_bytes, which counts the blocks the
-    allocator caches but no tensor uses as free (and the allocator returns them to the driver itself when a new
-    segment does not fit), so returning the cache changes nothing those checks read. Only memory that tensors
-    still hold after the work -- kept alive by a reference cycle until a gc pass, a failed cell's traceback -- makes
-    the next check see less; that is when the work is released. Memory kept on purpose across units of work (a
-    model, its prefills) is part of the next unit's starting level once it exists, so it costs a release only
-    after the unit that built it."""
-    if allocated_bytes(device) <= allocated_before:
-        return False
-    free_device_memory(device)
-    return True
+    allocator caches but no tensor uses as free (outside a capture the allocator returns them to the driver itself
+    when a new segment does not fit), so returning the cache changes nothing those checks read. Only memory that
+    tensors still hold after the work -- kept alive by a reference cycle until a gc pass, a failed cell's
+    traceback -- makes the next check see less, and only a gc pass frees it. Memory kept on purpose across units of
+    work (a model, its prefills) is part of the next unit's starting level once it exists, so it costs a collection
+    only after the unit that built it."""
+    if allocated_bytes(device) > allocated_before:
+        free_device_memory(device)
+        return "collected"
+    if cached_share(device) > CACHE_RELEASE_SHARE:
+        torch.cuda.empty_cache()
+        return "cache returned"
+    return ""
 
 
 def cuda_context_alive(device) -> bool:

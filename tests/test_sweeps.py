@@ -424,6 +424,22 @@ def test_memory_is_released_after_a_shape_only_where_tensors_still_hold_it(tmp_p
     assert len(released) == 1 and held["bytes"] == 0       # after the W=3 shape only
 
 
+def test_a_large_leftover_cache_alone_is_returned_without_a_gc_pass(monkeypatch):
+    """Nothing held after the work: no gc pass; the allocator's unused cache is returned to the driver only where it
+    exceeds CACHE_RELEASE_SHARE of the device (a graph capture cannot reclaim cached blocks while it captures)."""
+    assert measure.cached_share("cpu") == 0.0 and measure.allocated_bytes("cpu") == 0     # off CUDA: nothing to do
+    done = []
+    monkeypatch.setattr(measure, "allocated_bytes", lambda device: 100)
+    monkeypatch.setattr(measure, "free_device_memory", lambda device: done.append("gc + empty_cache"))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: done.append("empty_cache"))
+    for share, want in ((measure.CACHE_RELEASE_SHARE / 2, ""), (2 * measure.CACHE_RELEASE_SHARE, "cache returned")):
+        monkeypatch.setattr(measure, "cached_share", lambda device, s=share: s)
+        assert measure.release_where_needed("cuda", allocated_before=100) == want
+    assert done == ["empty_cache"]
+    assert measure.release_where_needed("cuda", allocated_before=99) == "collected"     # and held: a collection
+    assert done == ["empty_cache", "gc + empty_cache"]
+
+
 def test_the_wall_record_splits_each_owner_into_phases(tmp_path, monkeypatch, capsys):
     """RunContext.phase books a runner's work by phase: to the next row's path, or under a shared label kept out
     of every path; a path's untimed rest is its `other`, so an owner's phases add up to its wall time. A phase

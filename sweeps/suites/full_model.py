@@ -19,7 +19,8 @@ persistent_bytes / written_bytes are the steppers' recurrent state (all GDN laye
 Wall-record phases (sweeps.context.RunContext.phase): the model and the prefills under INPUTS (setup), then per
 cell the path's set-up, `capture` (gated_decode: the decoder's build, torch.compile on the first cell, the graph
 capture and the one gated search, which that call does together), `timing`, and after the cell a memory release
-under RELEASE where tensors still hold more than before it (artifact.measure.release_if_held).
+under RELEASE where it is needed (artifact.measure.release_where_needed: tensors still hold more than before the
+cell, or the allocator's cache exceeds a tenth of the device).
 """
 from __future__ import annotations
 
@@ -30,7 +31,7 @@ from typing import Iterator
 
 import torch
 
-from artifact.measure import allocated_bytes, cuda_context_alive, release_if_held
+from artifact.measure import allocated_bytes, cuda_context_alive, release_where_needed
 from artifact.model.cell import VLLM_ALIGN_BLOCK_QWEN3_5_0_8B, FullModelInputs, gated_decode, uses_graphs
 from artifact.model.decode import BeamDecoder
 from artifact.model.network import HybridModel
@@ -126,7 +127,7 @@ def run_cells(cfg, cells: list[dict], ctx) -> Iterator[dict]:
         lost = row["status"] == "failed" and not cuda_context_alive(ctx.device)
         if not lost:
             with phase("release", shared=RELEASE):
-                release_if_held(ctx.device, held)
+                release_where_needed(ctx.device, held)
         yield row
         if lost:
             raise RuntimeError(f"CUDA context unusable after {cell['path']} failed ({row['reason'][:200]}); "

@@ -5,10 +5,11 @@ skip, before anything is built); if any path remains, build the workload and its
 once, then for each remaining path run artifact.measure.check_and_time (correctness gate, then CUDA-graph
 timing on a GPU, artifact.timing.time_replay) and fill the floors from path.cost(wl): floor_ms, and on a timed
 row launch_floor_ms (artifact.launch_floor, measured once per distinct per-step byte count in the process, after
-the path's memory is released). After a shape, GPU memory is released (gc + empty cache) where tensors still hold
-more of it than before the shape began (artifact.measure.release_if_held: supports()' memory checks count the
-allocator's cached blocks as free, so only memory still held would hide from them); between the paths of a shape
-only when a path runs out of memory, before its one retry. Each part of the work is timed as a phase of the run's
+the path's memory is released). After a shape, GPU memory is collected (gc + empty cache) where tensors still hold
+more of it than before the shape began, and the allocator's cache alone is returned where it exceeds a tenth of the
+device (artifact.measure.release_where_needed: supports()' memory checks count cached blocks as free, so only
+memory still held would hide from them; a graph capture cannot reclaim cached blocks); between the paths of a
+shape only when a path runs out of memory, before its one retry. Each part of the work is timed as a phase of the run's
 wall record (sweeps.context.RunContext.phase): the shape's workload (setup) and FP32 reference under BUILD, the
 release under RELEASE, the launch floor under LAUNCH_FLOOR, each path's supports() (setup), capture, gate and
 timing under its path.
@@ -27,7 +28,7 @@ from typing import Iterator
 import torch
 
 from artifact.measure import (allocated_bytes, check_and_time, cuda_context_alive, floor_ms, free_device_memory,
-                              gate_note, path_tolerance, release_if_held)
+                              gate_note, path_tolerance, release_where_needed)
 from artifact.paths import get_path
 from artifact.reference import fullstate_decode
 from artifact.workload import Geometry, Shape, lineage_unavailable, make_workload
@@ -119,7 +120,7 @@ def _run_shape(cells: list[dict], ctx: RunContext, measure=None, reference=None)
         yield row
     del wl, ref
     with ctx.phase("release", shared=RELEASE):
-        release_if_held(ctx.device, held)
+        release_where_needed(ctx.device, held)
 
 
 def run_cell(cell: dict, wl, ref, ctx: RunContext, path=None) -> dict:
