@@ -27,16 +27,16 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 BF16_ULP = 2.0 ** -7          # bf16's spacing relative to a value's leading power of two
 
 
-def _steps(R, W, T, C, HV, dtype, seed):
-    """Per step: (parents, x, ba), x and ba strided views into one in_proj output [q|k|v | z | b | a]; parents
-    that duplicate, drop and reorder beams."""
+def _steps(R, W, T, C, HV, dtype, seed, device="cpu"):
+    """Per step: (parents, x, ba) on `device`, x and ba strided views into one in_proj output [q|k|v | z | b | a];
+    parents that duplicate, drop and reorder beams."""
     gen = torch.Generator().manual_seed(seed)
     steps = []
     for t in range(T):
         parents = torch.randint(0, W, (R, W), generator=gen, dtype=torch.int32) if t else \
             torch.zeros(R, W, dtype=torch.int32)
-        proj = (3 * torch.randn(R, W, C + 7 + 2 * HV, generator=gen)).to(dtype)
-        steps.append((parents, proj[..., :C], proj[..., C + 7:]))
+        proj = (3 * torch.randn(R, W, C + 7 + 2 * HV, generator=gen)).to(device, dtype)
+        steps.append((parents.to(device), proj[..., :C], proj[..., C + 7:]))
     return steps
 
 
@@ -243,11 +243,11 @@ def test_gpu_conv_gates_kernel_equals_the_block_at_the_fig6_shape(mode):
     for conv in convs.values():
         conv.prompt_tail.copy_(tail)
     fns = {"block": compiled, "kernel": model_ops.conv_gates}
-    for t, (parents, x, ba) in enumerate(_steps(R, W, T, C, HV, dt, seed=0)):
+    for t, (parents, x, ba) in enumerate(_steps(R, W, T, C, HV, dt, seed=0, device=dev)):
+        assert x.stride(1) == C + 7 + 2 * HV                       # read through the in_proj row stride
         got, hist = {}, {}
-        x, ba = x.to(dev), ba.to(dev)
         for k, fn in fns.items():
-            trees[k].parents.copy_(parents.to(dev))
+            trees[k].parents.copy_(parents)
             trees[k].advance(t)
             hist[k] = convs[k].history(t)
             args = (x, hist[k], convs[k].carry, w, ba, A_log, dt_bias)
