@@ -25,3 +25,10 @@ PATHS: dict[str, str] = {
     "trtllm_fullstate_paper": "baselines.trtllm_fullstate:TrtllmFullStatePaperPath",
     "fla_fullstate_paper": "baselines.fla_fullstate:FlaFullStatePaperPath",
 }
+
+# name -> "module:function": our kernels that stand in for a block of the full model's decode pipeline
+# (artifact.model.blocks.FUNCTIONS, same name, arguments and outputs) on a CUDA device, for every path alike;
+# artifact.model.blocks.DecodeOps imports them on first use, as get_path imports a path's module.
+DECODE_KERNELS: dict[str, str] = {
+    "conv_gates": "kernels.model_ops:conv_gates",
+}

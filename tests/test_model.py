@@ -554,7 +554,7 @@ def test_triton_paths_in_the_pipeline_under_the_interpreter():
 def test_gpu_prompt_attention_kernels_match_math():
     impl = select_prompt_attention("cuda", torch.bfloat16, 256)
     print("prompt attention kernel:", impl)
-    assert impl in ("flash", "efficient")
+    assert impl in ("cudnn", "flash", "efficient")
     g = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(4, 256, 8, 256, generator=g, device="cuda").bfloat16()
     kp, vp = (torch.randn(4, 2, 1024, 256, generator=g, device="cuda").bfloat16() for _ in range(2))
@@ -562,6 +562,43 @@ def test_gpu_prompt_attention_kernels_match_math():
     a = shared_prefix_attention(impl, q, kp, vp, ko, vo, 256 ** -0.5).float()
     b = shared_prefix_attention("math", q, kp, vp, ko, vo, 256 ** -0.5).float()
     assert (a - b).abs().max() < 2e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("L", [1024, 5120])
+def test_gpu_cudnn_prompt_attention_matches_flash(L):
+    """cuDNN's attention at Fig 6's prompt part (R=4, Hkv=2, W G = 1,024 queries, D = 256, prompt 1K and 5K):
+    picked by the probe on the H200, and its output and LSE agree with FlashAttention's and with fp32 math,
+    eagerly and replayed from a CUDA graph with new inputs copied in (as the decode replays it; cuDNN 9.14 cannot
+    be graph-captured at non-causal L > 1,024). Prints each impl's device time."""
+    from triton.testing import do_bench
+    print("cuDNN", torch.backends.cudnn.version(), "torch", torch.__version__)
+    assert select_prompt_attention("cuda", torch.bfloat16, 256) == "cudnn"
+    g = torch.Generator(device="cuda").manual_seed(L)
+    new = lambda *shape: torch.randn(*shape, generator=g, device="cuda").bfloat16()   # noqa: E731
+    q, kp, vp = new(4, 2, 1024, 256), new(4, 2, L, 256), new(4, 2, L, 256)
+    scale = 256 ** -0.5
+    o_m, lse_m = prompt_attention("math", q, kp, vp, scale)
+    for impl in ("cudnn", "flash"):
+        o, lse = prompt_attention(impl, q, kp, vp, scale)
+        assert o.shape == q.shape and lse.shape == q.shape[:-1] and lse.dtype == torch.float32, impl
+        assert (o.float() - o_m).abs().max() < 2e-2 and (lse - lse_m).abs().max() < 1e-3, impl
+        us = do_bench(lambda: prompt_attention(impl, q, kp, vp, scale), warmup=5, rep=50) * 1e3
+        print(f"L={L} {impl}: {us:.1f} us per layer")
+    o_f, lse_f = prompt_attention("flash", q, kp, vp, scale)
+    o_c, lse_c = prompt_attention("cudnn", q, kp, vp, scale)
+    assert (o_c.float() - o_f.float()).abs().max() < 2e-2 and (lse_c - lse_f).abs().max() < 1e-3
+    bufs = [torch.zeros_like(t) for t in (q, kp, vp)]                                # captured on zeros
+    graph = torch.cuda.CUDAGraph()
+    prompt_attention("cudnn", *bufs, scale)                                          # warm-up outside capture
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        o_g, lse_g = prompt_attention("cudnn", *bufs, scale)
+    for buf, t in zip(bufs, (q, kp, vp)):
+        buf.copy_(t)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert (o_g.float() - o_m).abs().max() < 2e-2 and (lse_g - lse_m).abs().max() < 1e-3   # stale: O(1)
 
 
 def _small_qwen(device="cuda"):

@@ -4,10 +4,13 @@ by all W beams) plus its own decode-time KV; the two parts are merged exactly th
 The prompt part batches every beam and query head of a request against the one prompt KV: for KV head h the
 queries of all W beams x (nq / nkv) grouped heads form one [W * G, D] block, so no beam ever copies the prompt
 KV. Its kernel, by name:
+- "cudnn": torch's cuDNN attention op (`aten._scaled_dot_product_cudnn_attention` with compute_log_sumexp; cuDNN's
+  sm90 fused kernel, D = 256 included);
 - "flash": torch's FlashAttention op (`aten._scaled_dot_product_flash_attention`, which also returns the LSE);
 - "efficient": torch's memory-efficient attention op (`aten._scaled_dot_product_efficient_attention`);
-- "math": fp32 scores and softmax in plain torch (the CPU path and the oracle of the other two).
+- "math": fp32 scores and softmax in plain torch (the CPU path and the oracle of the others).
 `select_prompt_attention` picks the first that runs and agrees with "math" on a probe input, and says which.
+Every impl returns the LSE in natural log, [R, Hkv, M] fp32: the probe checks it against math's.
 """
 from __future__ import annotations
 
@@ -16,13 +19,18 @@ import torch
 from artifact.model.beam_state import own_kv
 from artifact.model.regions import region
 
-IMPLS = ("flash", "efficient", "math")
+IMPLS = ("cudnn", "flash", "efficient", "math")
 
 
 def _math(q, k, v, scale):
     s = torch.matmul(q.float(), k.float().transpose(-1, -2)) * scale
     lse = torch.logsumexp(s, dim=-1)
     return torch.matmul(torch.softmax(s, dim=-1), v.float()), lse
+
+
+def _cudnn(q, k, v, scale):
+    out = torch.ops.aten._scaled_dot_product_cudnn_attention(q, k, v, None, True, 0.0, False, False, scale=scale)
+    return out[0], out[1].reshape(q.shape[:-1])           # the LSE comes as [R, Hkv, M, 1]
 
 
 def _flash(q, k, v, scale):
@@ -35,7 +43,7 @@ def _efficient(q, k, v, scale):
     return out[0], out[1][..., : q.shape[-2]]
 
 
-_KERNELS = {"flash": _flash, "efficient": _efficient, "math": _math}
+_KERNELS = {"cudnn": _cudnn, "flash": _flash, "efficient": _efficient, "math": _math}
 
 
 def prompt_attention(impl: str, q, k, v, scale: float):

@@ -11,14 +11,21 @@ The functions are cut so that each element-wise stretch between two GEMMs is one
 residual stream and its MLP output unsummed, and the next block's input norm (or the final norm) adds them in
 its own pass; the conv's pass also writes the conv windows' upkeep (artifact.model.beam_state), the gates are
 one pass over [b | a], and the q / k norm and rotary pass writes q in the layout the prompt attention reads.
+
+Where a kernel of ours is registered for a block (artifact.registry.DECODE_KERNELS: the conv + gates pass,
+`kernels.model_ops.conv_gates`, one Triton launch), the decoder runs it in the block's place on a CUDA device,
+for every path alike; the block here stays the CPU implementation and the kernel's oracle in the tests.
 """
 from __future__ import annotations
+
+import importlib
 
 import torch
 
 from artifact.model.attention import merge_own_kv
 from artifact.model.beam_state import window
 from artifact.model.layers import apply_rotary, causal_conv_step, gated_rms_norm, gdn_gates, rms_norm, swiglu
+from artifact.registry import DECODE_KERNELS
 
 
 def norm_proj(x, y, ln, w, eps: float):
@@ -80,12 +87,23 @@ FUNCTIONS = {f.__name__: f for f in (norm_proj, conv_gates, gdn_post, attn_pre, 
                                      final_norm)}
 
 
+def decode_kernel(name: str):
+    """Our kernel registered for the block `name` (artifact.registry.DECODE_KERNELS), imported on first use."""
+    if name not in DECODE_KERNELS:
+        raise ValueError(f"no kernel is registered for the block {name!r}; registered: {', '.join(DECODE_KERNELS)}")
+    module, fn = DECODE_KERNELS[name].split(":")
+    return getattr(importlib.import_module(module), fn)
+
+
 class DecodeOps:
     """The seven functions (merge_own_kv: the attention's own-KV part, artifact.model.attention), eager or
-    torch.compile'd (fullgraph, static shapes)."""
+    torch.compile'd (fullgraph, static shapes). With `kernels`, each block registered in
+    artifact.registry.DECODE_KERNELS runs as our kernel instead (same arguments and outputs; BeamDecoder asks for
+    them on a CUDA device, for every path alike), whether or not the rest is compiled."""
 
-    def __init__(self, compile: bool = False):
+    def __init__(self, compile: bool = False, kernels: bool = False):
         self.compiled = bool(compile)
+        self.kernels = tuple(DECODE_KERNELS) if kernels else ()
         if compile:
             # conv_gates sees up to P+1 history structures per shape (expanded prompt-tail views vs (tensor,
             # index) pairs); never let a recompile limit silently send a call back to eager.
@@ -99,8 +117,12 @@ class DecodeOps:
         # modes' convs gather (ancestral slots / parents' windows).
         opts = {"assert_indirect_indexing": False}
         for name, fn in FUNCTIONS.items():
-            setattr(self, name, torch.compile(fn, fullgraph=True, dynamic=False, options=opts) if compile else fn)
+            if name in self.kernels:
+                setattr(self, name, decode_kernel(name))
+            else:
+                setattr(self, name, torch.compile(fn, fullgraph=True, dynamic=False, options=opts) if compile else fn)
 
     @property
     def label(self) -> str:
-        return "torch.compile(inductor)" if self.compiled else "eager"
+        base = "torch.compile(inductor)" if self.compiled else "eager"
+        return base + "".join(f" + ours({name})" for name in self.kernels)

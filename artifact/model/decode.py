@@ -64,7 +64,7 @@ class BeamDecoder:
         self.cos, self.sin = rotary_cos_sin(torch.arange(prompt_len, prompt_len + T, device=dev), cfg.rotary_dim,
                                             cfg.rope_theta)
         self.attn_impl = select_prompt_attention(dev, dt, cfg.head_dim, attention)
-        self.ops = DecodeOps(compile)
+        self.ops = DecodeOps(compile, kernels=dev.type == "cuda")     # our kernels on a GPU, every path alike
         self.prompt: dict | None = None
         self.graphs: list | None = None
 
