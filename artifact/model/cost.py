@@ -19,11 +19,12 @@ the traffic of a forward that runs each GEMM as its own kernel and each element-
 as one pass, which is how the pipeline is cut (artifact.model.blocks); a residual add is counted with the GEMM
 that accumulates into the residual stream (out_proj, o_proj, down: each reads it as its C operand and writes
 it), so every norm reads the residual stream alone. The output gate is counted with the own-KV merge that
-applies it, the step's K/V with the q / k norm + rotary pass that stores them. The conv windows and the decode KV are counted the way
-the path's beam-state mode keeps them (artifact.model.beam_state): each beam reads its P-entry window once per
-call (an entry still on the prompt reads the request's row once), and the conv writes the step's input once
-(ancestry) or each child's whole window (copy); each attention layer writes the step's K/V once, and in copy
-mode every call t >= 1 also forks each beam's t earlier K/V rows (read and written once, kv_state).
+applies it, the step's K/V with the q / k norm + rotary pass that stores them. The conv windows and the decode
+KV are counted the way the path's beam-state mode keeps them (artifact.model.beam_state): each beam reads its
+P-entry window once per call (an entry still on the prompt reads the request's row once), and the conv writes
+the step's input once (ancestry) or each child's whole window (copy); each attention layer writes the step's
+K/V once, and in copy mode every call t >= 1 also forks each beam's t earlier K/V rows (read and written once,
+kv_state).
 
 `model_components` splits the model part over the components of a decode call -- each weight to the component
 that reads it, the prompt K/V and its FLOPs to attn_prompt, the decode K/V and its FLOPs to attn_decode_kv, the
