@@ -576,7 +576,8 @@ def test_gpu_attn_pre_and_merge_kernels_equal_the_blocks_at_the_fig6_shape():
         want = (merge_own_kv(*margs[:-2]).to(dt).float() * torch.sigmoid(gate.float())).to(dt).float()
         for name, fn in (("compiled block", compiled["merge_own_kv"]), ("kernel", model_ops.merge_own_kv)):
             got = fn(*margs).float()
-            assert ((got - want).abs() <= 2 * BF16_ULP * want.abs()).all(), (name, t)
+            # one ulp of the merged o where its rounding before the gate flips, then the gated value's rounding
+            assert ((got - want).abs() <= 3 * BF16_ULP * want.abs()).all(), (name, t)
             us = do_bench(lambda: fn(*margs), warmup=5, rep=50) * 1e3
             print(f"merge step {t} {name}: {us:.1f} us per layer")
 
