@@ -31,4 +31,7 @@ PATHS: dict[str, str] = {
 # artifact.model.blocks.DecodeOps imports them on first use, as get_path imports a path's module.
 DECODE_KERNELS: dict[str, str] = {
     "conv_gates": "kernels.model_ops:conv_gates",
+    "attn_pre": "kernels.model_ops:attn_pre",
+    "merge_own_kv": "kernels.model_ops:merge_own_kv",
+    "gated_norm": "kernels.model_ops:gated_norm",
 }

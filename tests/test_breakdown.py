@@ -39,15 +39,13 @@ def test_regions_are_no_ops_unless_a_profiler_records():
 # ---- GEMM phases ----
 
 def test_split_phases_follows_the_gemms_of_a_block():
-    phases = REGIONS["gdn_post"]       # gated norm | out_proj | residual + ln2 | gate_up | silu*up | down | add
-    names = ["triton_per_fused_gated_norm_0", "nvjet_sm90_tst_128x64", "triton_per_fused_add_rms_1",
-             "Memset (Device)", "sm90_xmma_gemm_bf16", "splitKreduce_kernel", "triton_poi_fused_silu_mul_2",
-             "nvjet_sm90_tst_128x64", "triton_poi_fused_add_3"]
+    phases = REGIONS["mlp"]            # ln2 | gate_up | silu*up | down (adding into x) | nothing
+    names = ["triton_per_fused_rms_0", "Memset (Device)", "sm90_xmma_gemm_bf16", "splitKreduce_kernel",
+             "triton_poi_fused_silu_mul_1", "nvjet_sm90_tst_128x64"]
     memsets = [n.startswith("Memset") for n in names]
-    assert bd.split_phases(names, memsets, phases) == [
-        "gdn_norm", "gdn_proj", "norms", "mlp", "mlp", "mlp", "mlp", "mlp", "mlp"]
-    # two GEMMs where the block has three: not split
-    assert bd.split_phases(names[:5] + names[6:7], memsets[:5] + memsets[6:7], phases) is None
+    assert bd.split_phases(names, memsets, phases) == ["norms", "mlp", "mlp", "mlp", "mlp", "mlp"]
+    # one GEMM where the block has two: not split
+    assert bd.split_phases(names[:5], memsets[:5], phases) is None
     assert bd.split_phases(["aten::to", "aten::matmul"], [False, False], REGIONS["attn_norm_proj"]) == \
         ["norms", "attn_proj"]
 
@@ -79,13 +77,13 @@ class Trace:
         return {"traceEvents": list(self.events)}
 
 
-# one call: (region, kernels) in launch order; attn_post has 3 GEMMs
+# one call: (region, kernels) in launch order; mlp has 2 GEMMs
 CALL = [("embed", ["embedding_kernel"]),
         ("attn_norm_proj", ["triton_rms_0", "nvjet_qkv"]),
         ("attn_prompt", ["copy_kernel", "flash_fwd_splitkv_kernel", "flash_fwd_splitkv_combine_kernel"]),
         ("gdn_recurrent", ["reduce_kernel", "Memcpy DtoH (Device -> Pageable)", "_onela_main_ws_kernel"]),
-        ("attn_post", ["triton_gate_0", "nvjet_o", "triton_add_rms_1", "nvjet_gu", "triton_silu_2", "nvjet_dn",
-                       "triton_add_3"]),
+        ("attn_o_proj", ["nvjet_o"]),
+        ("mlp", ["triton_rms_1", "nvjet_gu", "triton_silu_2", "nvjet_dn"]),
         ("lm_head", ["nvjet_lm"])]
 EAGER_ONLY = {"reduce_kernel", "Memcpy DtoH (Device -> Pageable)"}    # the host-side parents check
 
@@ -134,10 +132,10 @@ def test_eager_kernels_take_their_region_and_phase():
     comps = dict(zip([o.name for o in lab.ops[1]], lab.components[1]))
     assert comps["embedding_kernel"] == "embed" and comps["nvjet_qkv"] == "attn_proj"
     assert comps["triton_rms_0"] == "norms" and comps["flash_fwd_splitkv_kernel"] == "attn_prompt"
-    assert [comps[k] for k in CALL[4][1]] == ["attn_proj", "attn_proj", "norms", "mlp", "mlp", "mlp", "mlp"]
+    assert comps["nvjet_o"] == "attn_proj" and [comps[k] for k in CALL[5][1]] == ["norms", "mlp", "mlp", "mlp"]
     assert "topk_kernel" not in comps                       # beam selection is outside the calls
     pc = bd.per_call(lab)
-    assert pc["mlp"]["ops"] == 4 and pc["mlp"]["us"] == pytest.approx(8.0)
+    assert pc["mlp"]["ops"] == 3 and pc["mlp"]["us"] == pytest.approx(6.0)
     assert pc["gdn_recurrent"]["ops"] == 3
 
 
@@ -150,7 +148,7 @@ def test_replayed_kernels_take_their_eager_twins_components():
     assert [len(x) for x in lab.ops] == [n, n] and not lab.notes
     assert UNATTR not in {c for cs in lab.components for c in cs}
     pc = bd.per_call(lab)
-    assert pc["gdn_recurrent"]["ops"] == 1 and pc["mlp"]["ops"] == 4 and pc["attn_prompt"]["ops"] == 3
+    assert pc["gdn_recurrent"]["ops"] == 1 and pc["mlp"]["ops"] == 3 and pc["attn_prompt"]["ops"] == 3
     assert pc["_span"]["us"] == pytest.approx(n * 2.0 + (n - 1) * 1.0)
     assert pc[bd.IDLE]["us"] == pytest.approx((n - 1) * 1.0)            # the gaps between the replay's kernels
     assert sum(v["us"] for k, v in pc.items() if not k.startswith("_")) == pytest.approx(pc["_span"]["us"])
@@ -192,11 +190,11 @@ def test_a_kernel_without_its_launch_call_is_placed_by_its_external_id():
 def test_a_block_whose_gemms_do_not_show_is_kept_whole_and_noted():
     tr = Trace()
     tr.range("call", 0, 100)
-    for i, k in enumerate(["triton_gate_0", "nvjet_o", "triton_add_3"]):
+    for i, k in enumerate(["triton_rms_0", "nvjet_gu", "triton_silu_1"]):
         tr.op(tr.launch(10 + i), k, 20 + 5 * i, 1.0)
-    tr.range("attn_post", 5, 50)
+    tr.range("mlp", 5, 50)
     lab = bd.label_eager(*bd.parse_trace(tr.dict())[:2])
-    assert lab.components == [["unsplit:attn_post"] * 3] and "GEMM" in lab.notes[0]
+    assert lab.components == [["unsplit:mlp"] * 3] and "GEMM" in lab.notes[0]
 
 
 def test_cpu_run_uses_top_level_ops_without_views():
@@ -243,8 +241,10 @@ def test_component_costs_add_up_to_the_fig6_floor(path):
     assert component_floor(costs["ancestry"], CEILINGS, T) == (0.0, "")
     # tied embeddings: the lookup reads no separate weight; the embedded tokens are written once per call
     assert costs["embed"]["compulsory_bytes"] == T * R * W * TINY.hidden_size * 2 and not costs["embed"]["flops"]
-    for c in ("gdn_conv", "gdn_norm", "attn_qk_norm_rope", "norms", "kv_state"):     # activations have a floor
+    for c in ("gdn_conv", "gdn_norm", "attn_qk_norm_rope", "norms"):     # activations have a floor
         assert component_floor(costs[c], CEILINGS, T)[0] > 0, c
+    # the decode KV's fork copies: copy mode only (ancestry mode's K/V are stored by the q / k norm pass)
+    assert (component_floor(costs["kv_state"], CEILINGS, T)[0] > 0) == (path == "controlled_fullstate")
 
 
 # ---- the tool, end to end on the CPU ----
@@ -260,9 +260,11 @@ def test_tool_on_the_tiny_model_writes_rows_tables_and_env(tmp_path):
     for path in ("onela", "controlled_fullstate"):
         mine = {r["component"]: r for r in rows if r["path"] == path}
         assert set(mine) == {*COMPONENTS, "idle", "span", "total"}, set(mine)     # nothing unattributed
-        for c in ("mlp", "gdn_proj", "attn_proj", "gdn_recurrent", "gdn_conv", "attn_prompt", "attn_decode_kv",
-                  "norms", "lm_head", "kv_state"):
+        for c in ("mlp", "gdn_proj", "attn_proj", "gdn_recurrent", "gdn_conv", "gdn_norm", "attn_qk_norm_rope",
+                  "attn_prompt", "attn_decode_kv", "norms", "lm_head"):
             assert float(mine[c]["measured_ms"]) > 0, (path, c)
+        # copy mode forks the decode KV (kv_state); ancestry mode's step K/V are the q / k norm pass's stores
+        assert (float(mine["kv_state"]["measured_ms"]) > 0) == (path == "controlled_fullstate"), path
         assert float(mine["mlp"]["max_abs_err"]) < 4.88e-4
         assert mine["mlp"]["method"] == "eager" and math.isnan(float(mine["total"]["measured_ms"]))
         parts = sum(float(mine[c]["bytes"]) for c in COMPONENTS)

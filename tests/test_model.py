@@ -513,16 +513,13 @@ def test_activation_bytes_are_each_passs_inputs_and_outputs_once(mode):
     for t in range(T):
         x = N * H * e                                                  # one residual-stream-sized activation
         want["embed"] += x                                             # token embeddings out
-        want["norms"] += (2 * x                                        # layer 0: x in, normed out
-                          + (Lyr - 1) * 4 * x                          # x, MLP out in; x + y, normed out
-                          + Lyr * 4 * x                                # x, mixer out in; x + y, normed out
-                          + 3 * x)                                     # final: x, MLP out in; hidden out
+        want["norms"] += (2 * Lyr + 1) * 2 * x                         # every norm: x in, normed out
         want["mlp"] += Lyr * (x + N * 2 * I * e                        # gate_up: normed in, [gate | up] out
                               + N * 2 * I * e + N * I * e              # silu * up
-                              + N * I * e + x)                         # down
+                              + N * I * e + 2 * x)                     # down: h and x in, x out
         want["lm_head"] += x                                           # hidden in
         want["gdn_proj"] += G * (x + N * (C + Vd + 2 * HV) * e         # in_proj
-                                 + N * Vd * e + x)                     # out_proj
+                                 + N * Vd * e + 2 * x)                 # out_proj: normed o and x in, x out
         entry_rows = [R if (s < 0 if mode == "ancestry" else t == 0) else N for s in range(t - P, t)]
         want["gdn_conv"] += G * (N * C * e + N * 2 * HV * e            # q|k|v, [b | a] in
                                  + N * C * e + 2 * N * HV * 4          # conv out, gates out (fp32)
@@ -530,13 +527,11 @@ def test_activation_bytes_are_each_passs_inputs_and_outputs_once(mode):
                                  + (1 if mode == "ancestry" else P) * N * C * e)   # slot / child's window out
         want["gdn_norm"] += G * 3 * N * Vd * e                         # o, z in; normed out
         want["attn_proj"] += A * (x + N * (2 * nq + 2 * nkv) * e       # qkv_proj
-                                  + 3 * N * nq * e                     # output gate: o, gate in; gated out
-                                  + N * nq * e + x)                    # o_proj
-        want["attn_qk_norm_rope"] += A * 2 * N * (nq + nkv) * e
-        want["kv_state"] += A * (2 * N * 2 * nkv * e                   # the step's k, v in and stored
-                                 + (2 * N * t * 2 * nkv * e if mode == "copy" else 0))   # the fork
+                                  + N * nq * e + 2 * x)                # o_proj: gated o and x in, x out
+        want["attn_qk_norm_rope"] += A * 2 * N * (nq + 2 * nkv) * e    # q, k, v in; q out, k, v stored
+        want["kv_state"] += A * 2 * N * t * 2 * nkv * e if mode == "copy" else 0    # the fork
         want["attn_prompt"] += A * (2 * N * nq * e + N * heads * 4)    # q in; o_p, lse out
-        want["attn_decode_kv"] += A * (3 * N * nq * e + N * heads * 4)  # o_p, q, lse in; o out
+        want["attn_decode_kv"] += A * (4 * N * nq * e + N * heads * 4)  # o_p, q, gate, lse in; gated o out
     got = activation_bytes(c, R, W, T, e, mode)
     assert dict(got) == want
     with pytest.raises(ValueError, match="beam-state mode"):

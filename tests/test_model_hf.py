@@ -241,6 +241,30 @@ def test_beam_search_matches_transformers_generate(pair, hf_beams, path):
     assert float((res.scores.cpu() - want_scores).abs().max()) < 2 * T * TOL[path] * scale, path
 
 
+def test_our_decode_kernels_keep_the_beam_search_equal_to_transformers(pair, hf_beams):
+    """The decoder with every registered kernel of ours in its block's place (kernels/model_ops.py: what a GPU
+    decode runs; here under the Triton interpreter on a CPU host) returns transformers' beams with its scores, and
+    its logits stay within the fp32 bound at every call."""
+    pytest.importorskip("kernels.model_ops")
+    from artifact.model.blocks import DecodeOps
+    from artifact.registry import DECODE_KERNELS
+    ours, hf, _, _, prompt = pair
+    want_seq, want_scores = hf_beams
+    d = BeamDecoder(ours, "reference_fullstate", R, W, T, L)
+    d.ops = DecodeOps(kernels=True)
+    assert d.ops.kernels == tuple(DECODE_KERNELS)
+    d.load_prompt(prefill(ours, prompt.to(ours.device)))
+    res = d.run()
+    assert torch.equal(sequences(res).cpu(), want_seq)
+    scale = 0.0
+    for t in range(T):
+        prefix = sequences(BeamResult(res.tokens[: t + 1], res.parents[: t + 1], res.scores, res.hidden)).cpu()
+        ref = _hf_last_logits(hf, torch.cat([prompt[:, None].expand(R, W, L), prefix], dim=2).reshape(R * W, -1))
+        assert _rel(ours.logits(res.hidden[t]), ref.reshape(R, W, -1)) < FP32_TOL, t
+        scale = max(scale, float(ref.abs().max()))
+    assert float((res.scores.cpu() - want_scores).abs().max()) < 2 * T * FP32_TOL * scale
+
+
 # ---- the real geometry on the GPU ----
 
 @pytest.mark.gpu

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 
 from artifact.model.beam_state import own_kv
+from artifact.model.layers import output_gate
 from artifact.model.regions import region
 
 IMPLS = ("cudnn", "flash", "efficient", "math")
@@ -76,15 +77,18 @@ def select_prompt_attention(device, dtype, head_dim: int, preferred: str = "auto
     return "math"
 
 
-def merge_own_kv(o_p, lse_p, qg, k_own, v_own, scale: float, out_dtype=None):
-    """Fold each beam's own decode KV into the prompt part: exact softmax over both via log-sum-exp.
+def merge_own_kv(o_p, lse_p, qg, k_own, v_own, scale: float, out_dtype=None, gate=None):
+    """Fold each beam's own decode KV into the prompt part: exact softmax over both via log-sum-exp; then, with
+    `gate`, the output gate (layers.output_gate).
 
     o_p [R, W, Hkv, G, D] (prompt part, normalised), lse_p [R, W, Hkv, G], qg [R, W, Hkv, G, D],
-    k_own / v_own [R, W, n, Hkv, D] (or KvHistory's ancestry tuples). Returns [R, W, Hkv * G, D], fp32 or
-    `out_dtype`. The products are broadcast multiply-and-sum, not einsum: n <= T keys per beam make einsum a
-    batch of tiny fp32 GEMMs (two cuBLAS launches per call, each far from any GEMM's efficient size); as a
-    reduction, torch.compile fuses the whole merge -- layout changes and the final cast
-    included -- into a few kernels.
+    k_own / v_own [R, W, n, Hkv, D] (or KvHistory's ancestry tuples), gate [R, W, Hkv * G, D] or None. Returns
+    [R, W, Hkv * G, D], fp32 or `out_dtype` (o_proj's input once its last two dims are flattened). With a gate,
+    the merged output is rounded to `out_dtype` first (the attention output transformers gates), then gated in
+    fp32. The products are broadcast multiply-and-sum, not einsum: n <= T keys per beam make
+    einsum a batch of tiny fp32 GEMMs (two cuBLAS launches per call, each far from any GEMM's efficient size);
+    as a reduction, torch.compile fuses the whole merge -- layout changes and the final cast included -- into a
+    few kernels. On a GPU the decoder runs `kernels.model_ops.merge_own_kv` in its place (one launch).
     """
     k_own, v_own = own_kv(k_own), own_kv(v_own)     # ancestry-mode tuples are gathered here (beam_state)
     qf, kf, vf = qg.float(), k_own.float().transpose(2, 3), v_own.float().transpose(2, 3)  # k, v [R, W, Hkv, n, D]
@@ -95,16 +99,18 @@ def merge_own_kv(o_p, lse_p, qg, k_own, v_own, scale: float, out_dtype=None):
     w_s = torch.exp(s - m[..., None])
     num = w_p[..., None] * o_p.float() + (w_s[..., None] * vf[..., None, :, :]).sum(-2)  # [R, W, Hkv, G, D]
     out = (num / (w_p + w_s.sum(-1))[..., None]).flatten(2, 3)
-    return out if out_dtype is None else out.to(out_dtype)
+    out = out if out_dtype is None else out.to(out_dtype)
+    return out if gate is None else output_gate(out, gate)
 
 
 def shared_prefix_attention(impl: str, q, k_prompt, v_prompt, k_own, v_own, scale: float,
-                            merge=merge_own_kv) -> torch.Tensor:
+                            merge=merge_own_kv, gate=None) -> torch.Tensor:
     """Softmax attention of each beam over [prompt KV of its request ; its own decode KV].
 
     q [R, W, nq, D], or grouped by KV head [R, W, Hkv, G, D] of any strides -- laid out [R, Hkv, W, G, D] (as
     blocks.attn_pre writes it), the prompt part reads it without a copy; k_prompt/v_prompt [R, Hkv, L, D];
-    k_own/v_own [R, W, n, Hkv, D]. Returns [R, W, nq, D]. `merge` is merge_own_kv or a compiled copy of it.
+    k_own/v_own [R, W, n, Hkv, D]; gate [R, W, nq, D] or None (merge_own_kv). Returns [R, W, nq, D].
+    `merge` is merge_own_kv or a compiled copy of it, or our kernel in its place.
     """
     qg = q if q.dim() == 5 else q.unflatten(2, (k_prompt.shape[1], -1))
     R, W, hkv, G, D = qg.shape
@@ -114,4 +120,4 @@ def shared_prefix_attention(impl: str, q, k_prompt, v_prompt, k_own, v_own, scal
     o_p = o_p.reshape(R, hkv, W, G, D).permute(0, 2, 1, 3, 4)            # [R, W, Hkv, G, D], a view
     lse_p = lse_p.reshape(R, hkv, W, G).permute(0, 2, 1, 3)               # [R, W, Hkv, G], a view
     with region("attn_decode_kv"):
-        return merge(o_p, lse_p, qg, k_own, v_own, scale, q.dtype)        # casts inside (fused when compiled)
+        return merge(o_p, lse_p, qg, k_own, v_own, scale, q.dtype, gate)  # casts inside (fused when compiled)

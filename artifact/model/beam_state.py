@@ -119,7 +119,11 @@ class ConvHistory:
 
 
 class KvHistory:
-    """Decode-time keys and values of every beam of one attention layer (the prompt KV is shared, not here)."""
+    """Decode-time keys and values of every beam of one attention layer (the prompt KV is shared, not here).
+
+    A step's own k, v go into `slot(t)` (the decoder's q / k norm + rotary pass writes them there, no copy of
+    its own); in copy mode `fork(t)` first gives each child its parent's earlier rows; `own(t)` is then each
+    beam's keys / values for the merge. `step` does all three from given k, v."""
 
     def __init__(self, tree: BeamTree, heads: int, dim: int, dtype, device):
         self.tree = tree
@@ -128,19 +132,34 @@ class KvHistory:
         self.k = torch.empty(shape, dtype=dtype, device=device)
         self.v = torch.empty(shape, dtype=dtype, device=device)
 
-    def step(self, t: int, k: torch.Tensor, v: torch.Tensor) -> tuple:
-        """Append step t's k, v [R, W, Hkv, D]; return each beam's decode keys/values [R, W, t+1, Hkv, D] --
-        in ancestry mode as `own_kv` tuples (gathered where the merge reads them)."""
+    def slot(self, t: int) -> tuple:
+        """Where step t's k, v [R, W, Hkv, D] go: views into the store (ancestry: slot t; copy: column t)."""
         if self.tree.mode == "ancestry":
-            self.k[t] = k
-            self.v[t] = v
-            if t == 0:
-                return k[:, :, None], v[:, :, None]
-            cols = self.tree.cols[:t]
-            return (self.k[:t], cols, k), (self.v[:t], cols, v)
-        if t > 0:                                                           # fork: copy the parent's history
+            return self.k[t], self.v[t]
+        return self.k[:, :, t], self.v[:, :, t]
+
+    def fork(self, t: int) -> None:
+        """Copy mode, t >= 1: each beam's rows of steps < t become its parent's (a serving framework's fork);
+        nothing in ancestry mode, where beams read their ancestors' slots through the ancestry table."""
+        if self.tree.mode == "copy" and t > 0:
             self.k[:, :, :t] = gather_beams(self.k[:, :, :t], self.tree.parents)
             self.v[:, :, :t] = gather_beams(self.v[:, :, :t], self.tree.parents)
-        self.k[:, :, t] = k
-        self.v[:, :, t] = v
-        return self.k[:, :, : t + 1], self.v[:, :, : t + 1]
+
+    def own(self, t: int) -> tuple:
+        """Each beam's decode keys / values of steps 0..t [R, W, t+1, Hkv, D] once slot t holds step t's --
+        in ancestry mode from t = 1 on as `own_kv` tuples (store[:t], h_t columns, slot t), gathered where the
+        merge reads them."""
+        if self.tree.mode == "copy":
+            return self.k[:, :, : t + 1], self.v[:, :, : t + 1]
+        if t == 0:
+            return self.k[0][:, :, None], self.v[0][:, :, None]
+        cols = self.tree.cols[:t]
+        return (self.k[:t], cols, self.k[t]), (self.v[:t], cols, self.v[t])
+
+    def step(self, t: int, k: torch.Tensor, v: torch.Tensor) -> tuple:
+        """Append step t's k, v [R, W, Hkv, D]; return `own(t)`."""
+        self.fork(t)
+        k_slot, v_slot = self.slot(t)
+        k_slot.copy_(k)
+        v_slot.copy_(v)
+        return self.own(t)

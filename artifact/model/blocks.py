@@ -1,4 +1,5 @@
-"""The decode forward's non-recurrent work as seven pure functions, so that one switch can fuse them.
+"""The decode forward's non-recurrent work as seven pure functions between its GEMMs, so that one switch can
+fuse them, plus the residual GEMM.
 
 Between GEMMs a decode layer is a chain of small element-wise ops (norms, conv taps, gates, rotary, SwiGLU);
 run eagerly each is a kernel and a round trip through HBM. Serving frameworks fuse them (vLLM compiles the
@@ -7,14 +8,17 @@ torch.compile (Inductor, default mode, static shapes) -- the compiled kernels ar
 decode's CUDA graphs like any others. Identical for every path, so it moves no comparison; it keeps the fixed
 part of the model from being slower than a real serving stack's.
 
-The functions are cut so that each element-wise stretch between two GEMMs is one pass: a block returns its
-residual stream and its MLP output unsummed, and the next block's input norm (or the final norm) adds them in
-its own pass; the conv's pass also writes the conv windows' upkeep (artifact.model.beam_state), the gates are
-one pass over [b | a], and the q / k norm and rotary pass writes q in the layout the prompt attention reads.
+The functions are cut so that each element-wise stretch between two GEMMs is one pass. The residual adds ride
+the GEMMs that produce the added values (`residual_gemm`: out_proj, o_proj and the MLP's down projection
+accumulate into the residual stream, cuBLAS's beta = 1), so every norm reads the residual stream alone; the
+conv's pass also writes the conv windows' upkeep (artifact.model.beam_state), the gates are one pass over
+[b | a], the q / k norm and rotary pass writes q in the layout the prompt attention reads and stores the step's
+k, v in the decode KV, and the own-KV merge applies the output gate before it writes o_proj's input.
 
-Where a kernel of ours is registered for a block (artifact.registry.DECODE_KERNELS: the conv + gates pass,
-`kernels.model_ops.conv_gates`, one Triton launch), the decoder runs it in the block's place on a CUDA device,
-for every path alike; the block here stays the CPU implementation and the kernel's oracle in the tests.
+Where a kernel of ours is registered for a block (artifact.registry.DECODE_KERNELS: `kernels.model_ops`' conv +
+gates, q / k norm + rotary + KV store, own-KV merge + output gate and gated norm, one Triton launch each), the
+decoder runs it in the block's place on a CUDA device, for every path alike; the block here stays the CPU
+implementation and the kernel's oracle in the tests.
 """
 from __future__ import annotations
 
@@ -24,16 +28,23 @@ import torch
 
 from artifact.model.attention import merge_own_kv
 from artifact.model.beam_state import window
-from artifact.model.layers import apply_rotary, causal_conv_step, gated_rms_norm, gdn_gates, rms_norm, swiglu
+from artifact.model.layers import apply_rotary, causal_conv_step, gated_rms_norm, gdn_gates, rms_norm, swiglu_hidden
 from artifact.registry import DECODE_KERNELS
 
 
-def norm_proj(x, y, ln, w, eps: float):
-    """A layer's input: the residual add of the previous block's MLP output y (None before the first layer),
-    the input norm and the fused input projection, as (residual stream, rmsnorm(x + y) @ w^T)."""
-    if y is not None:
-        x = x + y
-    return x, rms_norm(x, ln, eps) @ w.t()
+def norm_proj(x, ln, w, eps: float):
+    """A layer's input norm and fused input projection: rmsnorm(x) @ w^T."""
+    return rms_norm(x, ln, eps) @ w.t()
+
+
+def residual_gemm(x, a, w):
+    """x += a @ w^T in place, x [..., H] the (contiguous) residual stream, a [...] holding x's rows of F values
+    each (a view when contiguous: the merge's [R, W, nq, D] is o_proj's [N, nq D]), w [H, F]: one GEMM that
+    reads x as its C operand (beta = 1), rounding x + a w^T once to x's dtype. Never compiled: `addmm_` into its
+    own C runs as the GEMM alone, where an out-of-place addmm (what Inductor emits for it) first copies x into
+    the output (torch's addmm_out_cuda_impl), and a separate add reads and writes x again."""
+    x.view(-1, x.shape[-1]).addmm_(a.reshape(-1, w.shape[-1]), w.t())
+    return x
 
 
 def conv_gates(x, hist: list, carry: int, conv_w, ba, A_log, dt_bias):
@@ -53,37 +64,38 @@ def conv_gates(x, hist: list, carry: int, conv_w, ba, A_log, dt_bias):
     return mixed, gdn_gates(ba, A_log, dt_bias), kept
 
 
-def gdn_post(o, z, norm_w, x, out_w, ln2, gate_up, down, eps: float):
-    """GDN output: gated norm, out_proj, residual; then the MLP block. Returns (residual stream, MLP output),
-    unsummed: the next norm_proj or final_norm adds them."""
-    x = x + gated_rms_norm(o, z, norm_w, eps, x.dtype).flatten(-2) @ out_w.t()
-    return x, swiglu(rms_norm(x, ln2, eps), gate_up, down)
+def gated_norm(o, z, norm_w, eps: float):
+    """GDN output norm (layers.gated_rms_norm) of the stepper output o [R, W, HV, V] with z [R, W, HV, V] (a
+    strided view into the in_proj output), as out_proj's input [R, W, HV V] in o's dtype."""
+    return gated_rms_norm(o, z, norm_w, eps, o.dtype).flatten(-2)
 
 
-def attn_pre(q, k, q_norm, k_norm, cos, sin, eps: float):
+def attn_pre(q, k, v, q_norm, k_norm, cos, sin, eps: float, k_out, v_out):
     """Attention: zero-centred q/k norms per head, then partial rotary. q [R, W, nq, D] comes back prompt-major,
     [R, Hkv, W G, D] contiguous -- each KV head's W x G queries as one block, the layout the prompt part reads
-    (attention.shared_prefix_attention takes its [R, W, Hkv, G, D] view, no copy); k [R, W, Hkv, D] as it came."""
+    (attention.shared_prefix_attention takes its [R, W, Hkv, G, D] view, no copy); k (normed and rotated) and
+    v [R, W, Hkv, D] are written into k_out, v_out, the step's slot of the decode KV (KvHistory.slot), which is
+    this pass's only output in place."""
     R, W, nq, D = q.shape
     hkv = k.shape[-2]
     q = apply_rotary(rms_norm(q, q_norm, eps), cos, sin).unflatten(2, (hkv, nq // hkv))
-    k = apply_rotary(rms_norm(k, k_norm, eps), cos, sin)
-    return q.permute(0, 2, 1, 3, 4).reshape(R, hkv, W * (nq // hkv), D), k
+    k_out.copy_(apply_rotary(rms_norm(k, k_norm, eps), cos, sin))
+    v_out.copy_(v)
+    return q.permute(0, 2, 1, 3, 4).reshape(R, hkv, W * (nq // hkv), D)
 
 
-def attn_post(o, gate, x, o_w, ln2, gate_up, down, eps: float):
-    """Attention output: sigmoid output gate (o, gate [.., nq, d]), o_proj, residual; then the MLP block. Returns
-    (residual stream, MLP output), unsummed."""
-    x = x + (o * torch.sigmoid(gate)).flatten(-2) @ o_w.t()
-    return x, swiglu(rms_norm(x, ln2, eps), gate_up, down)
+def mlp_in(x, ln2, gate_up, eps: float):
+    """The MLP block up to its down projection: silu(gate) * up of rmsnorm(x) (layers.swiglu_hidden); the down
+    projection is a residual_gemm."""
+    return swiglu_hidden(rms_norm(x, ln2, eps), gate_up)
 
 
-def final_norm(x, y, w, eps: float):
-    """The last layer's residual add and the final norm, one pass."""
-    return rms_norm(x + y, w, eps)
+def final_norm(x, w, eps: float):
+    """The final norm of the residual stream."""
+    return rms_norm(x, w, eps)
 
 
-FUNCTIONS = {f.__name__: f for f in (norm_proj, conv_gates, gdn_post, attn_pre, attn_post, merge_own_kv,
+FUNCTIONS = {f.__name__: f for f in (norm_proj, conv_gates, gated_norm, attn_pre, merge_own_kv, mlp_in,
                                      final_norm)}
 
 
@@ -96,10 +108,10 @@ def decode_kernel(name: str):
 
 
 class DecodeOps:
-    """The seven functions (merge_own_kv: the attention's own-KV part, artifact.model.attention), eager or
-    torch.compile'd (fullgraph, static shapes). With `kernels`, each block registered in
-    artifact.registry.DECODE_KERNELS runs as our kernel instead (same arguments and outputs; BeamDecoder asks for
-    them on a CUDA device, for every path alike), whether or not the rest is compiled."""
+    """The seven functions (merge_own_kv: the attention's own-KV part and output gate, artifact.model.attention),
+    eager or torch.compile'd (fullgraph, static shapes); residual_gemm is always eager. With `kernels`, each block
+    registered in artifact.registry.DECODE_KERNELS runs as our kernel instead (same arguments and outputs;
+    BeamDecoder asks for them on a CUDA device, for every path alike), whether or not the rest is compiled."""
 
     def __init__(self, compile: bool = False, kernels: bool = False):
         self.compiled = bool(compile)

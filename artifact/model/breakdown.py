@@ -46,7 +46,7 @@ DEVICE_CATS = ("kernel", "gpu_memcpy", "gpu_memset")
 LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 # GEMM kernels: cuBLAS / cuBLASLt (nvjet, sm90_xmma, cutlass, gemv, split-K reduction), Inductor's mm
 # templates; on a CPU run the aten matrix ops.
-GEMM = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|splitk|cublas|triton_tem_|^aten::(mm|addmm|bmm|matmul|linear)$",
+GEMM = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|splitk|cublas|triton_tem_|^aten::(mm|addmm_?|bmm|matmul|linear)$",
                   re.IGNORECASE)
 UNATTRIBUTED = "unattributed"
 IDLE = "idle"

@@ -16,12 +16,15 @@ decode calls of one search:
 Activations: each component of a call (artifact.model.regions) reads its input activations from HBM once and
 writes its output activations once, in the model dtype (g, beta and the attention's log-sum-exp in fp32) --
 the traffic of a forward that runs each GEMM as its own kernel and each element-wise stretch between two GEMMs
-as one pass, which is how the pipeline is cut (artifact.model.blocks); a block's residual add is counted with
-the norm that follows it, where the pipeline fuses it. The conv windows and the decode KV are counted the way
-the path's beam-state mode keeps them (artifact.model.beam_state): each beam reads its P-entry window once per
-call (an entry still on the prompt reads the request's row once), and the conv writes the step's input once
-(ancestry) or each child's whole window (copy); each attention layer writes the step's K/V once, and in copy
-mode every call t >= 1 also forks each beam's t earlier K/V rows (read and written once).
+as one pass, which is how the pipeline is cut (artifact.model.blocks); a residual add is counted with the GEMM
+that accumulates into the residual stream (out_proj, o_proj, down: each reads it as its C operand and writes
+it), so every norm reads the residual stream alone. The output gate is counted with the own-KV merge that
+applies it, the step's K/V with the q / k norm + rotary pass that stores them. The conv windows and the decode
+KV are counted the way the path's beam-state mode keeps them (artifact.model.beam_state): each beam reads its
+P-entry window once per call (an entry still on the prompt reads the request's row once), and the conv writes
+the step's input once (ancestry) or each child's whole window (copy); each attention layer writes the step's
+K/V once, and in copy mode every call t >= 1 also forks each beam's t earlier K/V rows (read and written once,
+kv_state).
 
 `model_components` splits the model part over the components of a decode call -- each weight to the component
 that reads it, the prompt K/V and its FLOPs to attn_prompt, the decode K/V and its FLOPs to attn_decode_kv, the
@@ -70,26 +73,27 @@ def activation_bytes(cfg, R: int, W: int, T: int, elem: int, mode: str) -> Count
     out = Counter()
     for t in range(T):
         out["embed"] += N * H                                               # the embedded tokens
-        # input norms (the first reads x alone; the others add the previous MLP output), post-mixer norms
-        # (residual + mixer output), final norm (residual + last MLP output -> the normed hidden)
-        out["norms"] += 2 * N * H + (n_layers - 1) * 4 * N * H + n_layers * 4 * N * H + 3 * N * H
-        out["mlp"] += n_layers * (N * H + 2 * N * 2 * I + 2 * N * I + N * H)   # gate_up, silu * up, down
+        # input and post-mixer norms of every layer and the final norm: the residual stream in, normed out
+        out["norms"] += (2 * n_layers + 1) * 2 * N * H
+        # gate_up ([gate | up] out and into silu * up), silu * up (out and into down), down's residual stream
+        # (read and written)
+        out["mlp"] += n_layers * (N * H + 2 * N * 2 * I + 2 * N * I + 2 * N * H)
         out["lm_head"] += N * H                                             # the normed hidden
-        # GDN: in_proj (xn -> qkv | z | b | a), out_proj (gated norm's output -> the mixer output)
-        out["gdn_proj"] += n_gdn * (N * H + N * (C + Vd + 2 * HV) + N * Vd + N * H)
+        # GDN: in_proj (xn -> qkv | z | b | a), out_proj (gated norm's output, residual stream -> residual stream)
+        out["gdn_proj"] += n_gdn * (N * H + N * (C + Vd + 2 * HV) + N * Vd + 2 * N * H)
         # conv: x and [b | a] in, q|k|v out; the window's P entries in; the kept entries out (beam_state)
         rows = [R if (mode == "ancestry" and s < 0) or (mode == "copy" and t == 0) else N
                 for s in range(t - P, t)]
         kept = 1 if mode == "ancestry" else P
         out["gdn_conv"] += n_gdn * (N * C + N * 2 * HV + N * C + sum(rows) * C + kept * N * C)
         out["gdn_norm"] += n_gdn * 3 * N * Vd                               # o, z in; normed out
-        # attention: qkv_proj (xn -> q | gate | k | v), output gate (o, gate -> gated), o_proj (-> mixer output)
-        out["attn_proj"] += n_attn * (N * H + N * (2 * nq + 2 * nkv) + 3 * N * nq + N * nq + N * H)
-        out["attn_qk_norm_rope"] += n_attn * 2 * N * (nq + nkv)
+        # attention: qkv_proj (xn -> q | gate | k | v), o_proj (gated o, residual stream -> residual stream)
+        out["attn_proj"] += n_attn * (N * H + N * (2 * nq + 2 * nkv) + N * nq + 2 * N * H)
+        out["attn_qk_norm_rope"] += n_attn * 2 * N * (nq + 2 * nkv)         # q, k, v in; q, and k, v stored
         fork = 2 * N * t * 2 * nkv if mode == "copy" else 0                 # each beam's t earlier K/V rows
-        out["kv_state"] += n_attn * (2 * N * 2 * nkv + fork)                # the step's k, v in and stored
+        out["kv_state"] += n_attn * fork
         out["attn_prompt"] += n_attn * 2 * N * nq                           # q in, o_p out
-        out["attn_decode_kv"] += n_attn * 3 * N * nq                        # o_p, q in; o out
+        out["attn_decode_kv"] += n_attn * 4 * N * nq                        # o_p, q, gate in; gated o out
     out = Counter({c: b * elem for c, b in out.items()})
     for t in range(T):                                                      # fp32 activations
         out["gdn_conv"] += n_gdn * N * 2 * HV * 4                           # g, beta

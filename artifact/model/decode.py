@@ -28,7 +28,7 @@ import torch.nn.functional as F
 from artifact.model.attention import select_prompt_attention, shared_prefix_attention
 from artifact.model.beam import BeamResult, first_beams, forced_scores, select_beams
 from artifact.model.beam_state import BeamTree, ConvHistory, KvHistory, beam_state_mode
-from artifact.model.blocks import DecodeOps
+from artifact.model.blocks import DecodeOps, residual_gemm
 from artifact.model.layers import rotary_cos_sin
 from artifact.model.network import HybridModel
 from artifact.model.prefill import PromptState
@@ -110,28 +110,32 @@ class BeamDecoder:
             with region("ancestry"):
                 self.tree.advance(t)
         with region("embed"):
-            x, y = F.embedding(self.tokens, m.embed), None
+            x = F.embedding(self.tokens, m.embed)            # the residual stream, updated in place (residual_gemm)
         gi = ai = 0
         for layer, kind in zip(m.layers, cfg.layer_types):
             if kind == "linear_attention":
-                x, y = self._gdn(t, gi, layer, x, y)
+                self._gdn(t, gi, layer, x)
                 gi += 1
             else:
-                x, y = self._attn(t, ai, layer, x, y)
+                self._attn(t, ai, layer, x)
                 ai += 1
         with region("final_norm"):
-            self.hidden[t].copy_(self.ops.final_norm(x, y, m.final_norm, cfg.rms_norm_eps))
+            self.hidden[t].copy_(self.ops.final_norm(x, m.final_norm, cfg.rms_norm_eps))
         with region("lm_head"):
             return m.logits(self.hidden[t], out=self.logits)
 
-    def _gdn(self, t, i, layer, x, y):
-        """One GDN layer + its MLP for all beams, from the residual stream x and the previous block's MLP output
-        y (None at the first layer); returns this layer's (residual stream, MLP output)."""
+    def _mlp(self, layer, x) -> None:
+        """The MLP block of a layer for all beams: x += down(silu(gate) * up of rmsnorm(x))."""
+        with region("mlp"):
+            residual_gemm(x, self.ops.mlp_in(x, layer["ln2"], layer["gate_up"], self.model.cfg.rms_norm_eps),
+                          layer["down"])
+
+    def _gdn(self, t, i, layer, x) -> None:
+        """One GDN layer + its MLP for all beams, adding both into the residual stream x."""
         m, cfg, ops = self.model, self.model.cfg, self.ops
         io, conv = self.gdn_io[i], self.conv[i]
         with region("gdn_norm_proj"):
-            x, proj = ops.norm_proj(x, y, layer["ln1"], layer["in_proj"], cfg.rms_norm_eps)
-            qkv, z, ba = m.split_gdn_proj(proj)
+            qkv, z, ba = m.split_gdn_proj(ops.norm_proj(x, layer["ln1"], layer["in_proj"], cfg.rms_norm_eps))
         with region("gdn_conv"):                    # the conv windows' upkeep is the conv pass's own stores
             mixed, (beta, g), kept = ops.conv_gates(qkv, conv.history(t), conv.carry, layer["conv"], ba,
                                                     layer["A_log"], layer["dt_bias"])
@@ -141,9 +145,11 @@ class BeamDecoder:
         with region("gdn_recurrent"):
             out = self.steppers[i].step(t, q, k, v, g, beta, self.tree.parents, io["out"][t])
         z = z.unflatten(-1, (cfg.linear_num_value_heads, cfg.linear_value_head_dim))
-        with region("gdn_post"):
-            return ops.gdn_post(out, z, layer["norm"], x, layer["out_proj"], layer["ln2"], layer["gate_up"],
-                                layer["down"], cfg.rms_norm_eps)
+        with region("gdn_norm"):
+            o = ops.gated_norm(out, z, layer["norm"], cfg.rms_norm_eps)
+        with region("gdn_out_proj"):
+            residual_gemm(x, o, layer["out_proj"])
+        self._mlp(layer, x)
 
     def split_qkv(self, mixed: torch.Tensor):
         """Conv output [R, W, conv_dim] -> q, k [R, W, HK, K] and v [R, W, HV, V] (views sharing strides)."""
@@ -153,23 +159,23 @@ class BeamDecoder:
                 k.unflatten(-1, (cfg.linear_num_key_heads, cfg.linear_key_head_dim)),
                 v.unflatten(-1, (cfg.linear_num_value_heads, cfg.linear_value_head_dim)))
 
-    def _attn(self, t, i, layer, x, y):
-        """One gated full-attention layer + its MLP for all beams (x, y as in _gdn); returns this layer's
-        (residual stream, MLP output)."""
-        m, cfg, ops = self.model, self.model.cfg, self.ops
+    def _attn(self, t, i, layer, x) -> None:
+        """One gated full-attention layer + its MLP for all beams, adding both into the residual stream x."""
+        m, cfg, ops, kv = self.model, self.model.cfg, self.ops, self.kv[i]
         with region("attn_norm_proj"):
-            x, proj = ops.norm_proj(x, y, layer["ln1"], layer["qkv_proj"], cfg.rms_norm_eps)
-            q, gate, k, v = m.split_attn_proj(proj)
+            q, gate, k, v = m.split_attn_proj(ops.norm_proj(x, layer["ln1"], layer["qkv_proj"], cfg.rms_norm_eps))
+        with region("kv_state"):                    # copy mode's fork; the step's k, v are attn_pre's stores
+            kv.fork(t)
         with region("attn_qk_norm_rope"):
-            q, k = ops.attn_pre(q, k, layer["q_norm"], layer["k_norm"], self.cos[t], self.sin[t], cfg.rms_norm_eps)
-        with region("kv_state"):
-            k_own, v_own = self.kv[i].step(t, k, v)
+            q = ops.attn_pre(q, k, v, layer["q_norm"], layer["k_norm"], self.cos[t], self.sin[t], cfg.rms_norm_eps,
+                             *kv.slot(t))
+        k_own, v_own = kv.own(t)
         qg = q.unflatten(2, (self.W, -1)).permute(0, 2, 1, 3, 4)            # prompt-major q as [R, W, Hkv, G, D]
         o = shared_prefix_attention(self.attn_impl, qg, self.prompt["k_prompt"][i], self.prompt["v_prompt"][i],
-                                    k_own, v_own, cfg.head_dim ** -0.5, merge=ops.merge_own_kv)
-        with region("attn_post"):
-            return ops.attn_post(o, gate, x, layer["o_proj"], layer["ln2"], layer["gate_up"], layer["down"],
-                                 cfg.rms_norm_eps)
+                                    k_own, v_own, cfg.head_dim ** -0.5, merge=ops.merge_own_kv, gate=gate)
+        with region("attn_o_proj"):
+            residual_gemm(x, o, layer["o_proj"])
+        self._mlp(layer, x)
 
     # ---- the beam search ----
     @torch.no_grad()

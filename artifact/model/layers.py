@@ -34,11 +34,21 @@ def gated_rms_norm(o: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     return (y * F.silu(z.float())).to(dtype)
 
 
+def swiglu_hidden(x: torch.Tensor, w_gate_up: torch.Tensor) -> torch.Tensor:
+    """silu(gate(x)) * up(x), the input of the down projection, with gate and up fused into one [2I, H] weight."""
+    gate, up = (x @ w_gate_up.t()).chunk(2, dim=-1)
+    return F.silu(gate) * up
+
+
 def swiglu(x: torch.Tensor, w_gate_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
-    """down(silu(gate(x)) * up(x)) with gate and up fused into one [2I, H] weight."""
-    gu = x @ w_gate_up.t()
-    gate, up = gu.chunk(2, dim=-1)
-    return (F.silu(gate) * up) @ w_down.t()
+    """down(silu(gate(x)) * up(x))."""
+    return swiglu_hidden(x, w_gate_up) @ w_down.t()
+
+
+def output_gate(o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """The attention output gate of the decode, o * sigmoid(gate) in fp32, returned in o's dtype (o is the
+    attention output already rounded to the model dtype, as transformers' SDPA returns it)."""
+    return (o.float() * torch.sigmoid(gate.float())).to(o.dtype)
 
 
 def rotary_cos_sin(positions: torch.Tensor, rotary_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:

@@ -5,13 +5,13 @@ otherwise: an unprofiled decode pays no range overhead, and a CUDA-graph replay 
 breakdown labels a replay's kernels through the eager call's, `artifact.model.breakdown`). `BeamDecoder`
 opens `CALL` around each decode call (forward or graph replay) and one range per part inside it.
 
-`REGIONS` maps each range to its component. Most ranges hold one component. A compiled block (blocks.py)
-holds several, fused between its GEMMs, so it maps to its phases in launch order: the work before the first
-GEMM, the first GEMM (with any split-K reduction or workspace memset next to it), the work between the first
-and second GEMM, and so on -- 2 g + 1 phases for g GEMMs (a phase may be empty: a post block ends with its down
-GEMM, its residual add being the next block's norm). The GEMM boundaries are data dependencies of the block
-(residual + norm -> projection; gated norm -> out_proj -> residual + norm -> gate_up -> SwiGLU -> down), so any
-scheduler keeps them in this order.
+`REGIONS` maps each range to its component. Most ranges hold one component. A range around a block with GEMMs
+(blocks.py; compiled, its element-wise work is fused between them) holds several, so it maps to its phases in
+launch order: the work
+before the first GEMM, the first GEMM (with any split-K reduction or workspace memset next to it), the work
+between the first and second GEMM, and so on -- 2 g + 1 phases for g GEMMs (a phase may be empty: the MLP ends
+with its down GEMM, which adds into the residual stream itself). The GEMM boundaries are data dependencies of
+the block (norm -> projection; norm -> gate_up -> SwiGLU -> down), so any scheduler keeps them in this order.
 """
 from __future__ import annotations
 
@@ -25,17 +25,17 @@ CALL = "call"
 # Components of one decode call, in the order figures and tables list them.
 COMPONENTS = (
     "lm_head",            # logits GEMM over the tied embedding, logits written
-    "mlp",                # SwiGLU of every layer: gate_up GEMM, silu * up, down GEMM, its residual add
-    "gdn_proj",           # GDN in_proj (q|k|v|z|b|a) and out_proj GEMMs
-    "attn_proj",          # attention qkv_proj and o_proj GEMMs, sigmoid output gate
+    "mlp",                # SwiGLU of every layer: gate_up GEMM, silu * up, down GEMM adding into the residual stream
+    "gdn_proj",           # GDN in_proj (q|k|v|z|b|a) and out_proj GEMMs (out_proj adds into the residual stream)
+    "attn_proj",          # attention qkv_proj and o_proj GEMMs (o_proj adds into the residual stream)
     "gdn_recurrent",      # the path's Stepper: recurrent state read / update / output (reset at call 0)
     "gdn_conv",           # depthwise causal conv over the window (+ silu), the windows' upkeep it writes, gates
     "gdn_norm",           # gated RMSNorm of the GDN output
-    "attn_qk_norm_rope",  # q / k RMSNorms and partial rotary
+    "attn_qk_norm_rope",  # q / k RMSNorms and partial rotary; the step's k, v stored in the decode KV
     "attn_prompt",        # attention of every beam over its request's shared prompt KV
-    "attn_decode_kv",     # attention over each beam's own decode KV and the exact log-sum-exp merge
-    "norms",              # input / post-mixer RMSNorms (with the residual adds fused into them), final norm
-    "kv_state",           # the decode KV following the beam tree (ancestry store / per-beam fork copies)
+    "attn_decode_kv",     # attention over each beam's own decode KV, the exact log-sum-exp merge, the output gate
+    "norms",              # input / post-mixer RMSNorms of the residual stream, final norm
+    "kv_state",           # the decode KV following the beam tree (copy mode's per-beam fork copies)
     "ancestry",           # the beam tree's ancestry table (ancestry paths)
     "embed",              # token embedding lookup
 )
@@ -46,13 +46,15 @@ REGIONS: dict[str, str | tuple[str, ...]] = {
     "gdn_norm_proj": ("norms", "gdn_proj", "gdn_proj"),
     "gdn_conv": "gdn_conv",
     "gdn_recurrent": "gdn_recurrent",
-    "gdn_post": ("gdn_norm", "gdn_proj", "norms", "mlp", "mlp", "mlp", "mlp"),
+    "gdn_norm": "gdn_norm",
+    "gdn_out_proj": "gdn_proj",
     "attn_norm_proj": ("norms", "attn_proj", "attn_proj"),
-    "attn_qk_norm_rope": "attn_qk_norm_rope",
     "kv_state": "kv_state",
+    "attn_qk_norm_rope": "attn_qk_norm_rope",
     "attn_prompt": "attn_prompt",
     "attn_decode_kv": "attn_decode_kv",
-    "attn_post": ("attn_proj", "attn_proj", "norms", "mlp", "mlp", "mlp", "mlp"),
+    "attn_o_proj": "attn_proj",
+    "mlp": ("norms", "mlp", "mlp", "mlp", "mlp"),
     "final_norm": "norms",
     "lm_head": "lm_head",
 }
