@@ -16,7 +16,8 @@ from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
 from kernels.checks import check_reset, check_step, kernel_supports
 from kernels.onela.plan import CONFIG_KEYS, launch_config, shape_supports, step_launches
-from kernels.onela.triton_kernels import onela_main_kernel, onela_prep_deep_kernel, onela_prep_kernel
+from kernels.onela.triton_kernels import (onela_main_kernel, onela_prep_block_kernel, onela_prep_deep_kernel,
+                                          onela_prep_kernel)
 from kernels.onela.ws import launch_ws, ws_layout_supports, ws_shape_supports
 
 
@@ -76,6 +77,9 @@ class OneLAStepper(Stepper):
         elif "prep_deep" in launches:
             grid, const, opts = launches["prep_deep"]
             self._note_kernel("prep_deep", onela_prep_deep_kernel[grid](*prep_args, t, **const, **opts))
+        elif "prep_block" in launches:
+            grid, const, opts = launches["prep_block"]
+            self._note_kernel("prep_block", onela_prep_block_kernel[grid](*prep_args, t, **const, **opts))
         if "ws" in launches:
             kern = launch_ws(self, q, k, v, g, beta, parents, anc_prev, anc_cur, out, *launches["ws"])
             self._note_kernel("ws_step" if launches["ws"][1]["FUSE"] else "ws_main", kern)
