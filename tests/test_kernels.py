@@ -800,8 +800,8 @@ def test_kernel_functions_take_bundled_arguments():
     assert max(n for (f, _), n in counts.items() if f == "triton_kernels.py") <= 26, counts
 
 
-# The contract grid of the onela path (sampled): depths across the one-launch limit (7 / 8), the depth-tiled
-# prep kernel (past step 16, or 20 / G) and the Triton main kernel (past step 31),
+# The contract grid of the onela path (sampled): depths across the one-launch limit (7 / 8), the pipelined prep
+# kernel (from step 8, or past 20 / G) and the Triton main kernel (past step 31),
 # beam widths not a multiple of the 64-beam tile, head sizes of both kernels (powers of two and other multiples of
 # 16 up to 512) and a few unsupported ones, groups 1-8.
 _CONTRACT = [(T, W, K, V, G) for T, W, (K, V), G in (

@@ -285,14 +285,18 @@ def onela_prep_deep_kernel(
 
 
 @triton.jit
-def _prep_depth(cs, j, step, par, anc_row, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr, qf, kf, inv_q,
-                inv_k, r, hk, hvs, rw, offs_b, mask_b, gmask, R, W, HV, HK, T_CAP, plane, K: tl.constexpr,
-                KP: tl.constexpr):
+def _prep_depth(cs, j, step, par, anc_row, ptrs, keys, r, hk, hvs, rw, offs_b, mask_b, gmask, dims, plane,
+                K: tl.constexpr, KP: tl.constexpr):
     """Depth j of `onela_prep_pipe_kernel`: beam b's slot h_t(b, j) (its parent at j = step - 1, else the
     parent's row of the previous table), written to b's new row by key head 0's programs; the record's k-hat row
     [BB, KP] and the group's alphas [BB, GP], gathered through it; coefficient rows 3 + 2j and 4 + 2j of each
     value head of the group, c_j (k-hat_j . q-hat) and c_j (k-hat_j . k-hat) with c_j = cs [BB, GP] (alpha_t
-    prod_{j < i < t} alpha_i); returns c_{j-1} = c_j alpha_j."""
+    prod_{j < i < t} alpha_i); returns c_{j-1} = c_j alpha_j. ptrs = the (previous, next) ancestry tables, the
+    records' alpha and k-hat and the coefficient table; keys = the beams' q, k rows (fp32 [BB, KP]) and norms;
+    dims = (R, W, HV, HK, T_CAP)."""
+    anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr = ptrs
+    qf, kf, inv_q, inv_k = keys
+    R, W, HV, HK, T_CAP = dims
     slot = tl.load(anc_prev_ptr + anc_row + j, mask=mask_b & (j < step - 1), other=0)
     slot = tl.where(j == step - 1, par, slot)
     offs_k = tl.arange(0, KP)
@@ -340,18 +344,19 @@ def onela_prep_pipe_kernel(
     tl.store(alpha_ptr + record_row(step, r, hvs[None, :], offs_b[:, None], R, HV, W), cs, mask=gmask)
     plane = R * HV * W
     anc_row = (r * W + par) * T_CAP
+    ptrs = (anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr)
+    keys = (qf, kf, inv_q, inv_k)
+    dims = (R, W, HV, HK, T_CAP)
     if STAGES == 0:
         j = step - 1
         while j >= 0:
-            cs = _prep_depth(cs, j, step, par, anc_row, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr,
-                             qf, kf, inv_q, inv_k, r, hk, hvs, rw, offs_b, mask_b, gmask, R, W, HV, HK, T_CAP, plane,
-                             K, KP)
+            cs = _prep_depth(cs, j, step, par, anc_row, ptrs, keys, r, hk, hvs, rw, offs_b, mask_b, gmask, dims,
+                             plane, K, KP)
             j -= 1
     else:
         for i in tl.range(0, step, num_stages=STAGES):
-            cs = _prep_depth(cs, step - 1 - i, step, par, anc_row, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr,
-                             coef_ptr, qf, kf, inv_q, inv_k, r, hk, hvs, rw, offs_b, mask_b, gmask, R, W, HV, HK,
-                             T_CAP, plane, K, KP)
+            cs = _prep_depth(cs, step - 1 - i, step, par, anc_row, ptrs, keys, r, hk, hvs, rw, offs_b, mask_b,
+                             gmask, dims, plane, K, KP)
     base = coef_ptr + (r * HV + hvs[None, :]) * W + offs_b[:, None]      # rows 0, 1, 2 of the group's heads
     tl.store(base, cs * inv_q[:, None], mask=gmask)
     tl.store(base + plane, cs * inv_k[:, None], mask=gmask)
