@@ -103,19 +103,21 @@ def test_onela_tiles_give_the_one_tile_per_program_outputs(cfg, device):
             assert torch.allclose(a.float(), b.float(), rtol=1e-5, atol=1e-6), (geo, R, W, T, cfg)
 
 
+@pytest.mark.parametrize("prep_deep", ["pipe", "tiles"])
 @pytest.mark.parametrize("geo,R,W,T,lineage", [
-    (Geometry(1, 2, 16, 16), 1, 5, 12, "beam"),         # the replay loop, prep's tile past 8, depth-tiled at 11
-    (Geometry(1, 2, 48, 16), 1, 3, 33, "reversed"),     # depth-tiled steps 11-32: G = 2, K padded to 64
-    (Geometry(1, 1, 16, 16), 1, 2, 40, "beam"),         # depth-tiled steps 17-39
+    (Geometry(1, 2, 16, 16), 1, 5, 12, "beam"),         # the replay loop, prep's tile past 8, deep from 8 or 11
+    (Geometry(1, 2, 48, 16), 1, 3, 33, "reversed"),     # deep steps 8 or 11 to 32: G = 2, K padded to 64
+    (Geometry(1, 1, 16, 16), 1, 2, 40, "beam"),         # deep steps 8 or 17 to 39
 ])
-def test_onela_decodes_of_any_depth_match_fp64_reference(geo, R, W, T, lineage, device):
+def test_onela_decodes_of_any_depth_match_fp64_reference(geo, R, W, T, lineage, prep_deep, device):
     """Every depth runs: past step 16 (or 20 / G at a group of G value heads) the prep kernel takes the depth axis
-    in tiles (a run-time loop carrying the alpha products), within the fp64 reference's bound as the shallow steps
-    are (interpreter: tiny shapes)."""
+    in a run-time loop carrying the alpha products -- under prep_deep "pipe" from step 8 on, one depth per
+    iteration, under "tiles" in tiles of columns -- within the fp64 reference's bound as the shallow steps are
+    (interpreter: tiny shapes)."""
     from kernels.onela.plan import prep_is_deep
     wl = make_workload(geo, R, W, T, lineage=lineage, seed=T, device=device, prompt_len=16)
     ref = fullstate_decode(wl, torch.float64)
-    st, out = _run(OneLAStepper, wl, torch.float32)
+    st, out = _run(OneLAStepper, wl, torch.float32, {"prep_deep": prep_deep})
     assert torch.isfinite(out).all(), "an output element was never written (poisoned NaN survived)"
     tol = (GPU_REL_TOL if device == "cuda" else CPU_REL_TOL) * ref.abs().max().item()
     assert (out.double() - ref).abs().max().item() <= tol
@@ -135,10 +137,10 @@ def test_onela_depth_tiled_prep_gives_the_one_tile_outputs(geo, tile, device, mo
     import kernels.onela.plan as plan
     wl = make_workload(geo, 1, 5, 10, lineage="beam", seed=tile, device=device, prompt_len=16)
     wl.g = wl.g * 0.01
-    st0, out0 = _run(OneLAStepper, wl, torch.float32)
+    st0, out0 = _run(OneLAStepper, wl, torch.float32, {"prep_deep": "tiles"})
     monkeypatch.setattr(plan, "_PREP_UNROLL_STEPS", 1)     # depth-tiled from step 2
     monkeypatch.setattr(plan, "_DEPTH_TILE", tile)
-    st1, out1 = _run(OneLAStepper, wl, torch.float32)
+    st1, out1 = _run(OneLAStepper, wl, torch.float32, {"prep_deep": "tiles"})
     assert step_launches(st1.config, geo, 1, 5, 9)["prep_deep"][1]["TP"] == tile
     assert "prep" in step_launches(st1.config, geo, 1, 5, 1)
     assert torch.isfinite(out1).all()
@@ -147,6 +149,91 @@ def test_onela_depth_tiled_prep_gives_the_one_tile_outputs(geo, tile, device, mo
     for a, b in zip(st1.store.tensors(), st0.store.tensors()):
         assert torch.allclose(a.float(), b.float(), rtol=1e-6, atol=1e-7)
     assert torch.allclose(st1.coef, st0.coef, rtol=1e-6, atol=1e-7)
+
+
+def _coef_tables(wl, cfg):
+    """The `onela` stepper's T-step decode under launch config `cfg`: (stepper, outputs, [the coefficient rows step
+    t writes -- 3 + 2t of them -- for each t])."""
+    st = OneLAStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, cfg)
+    out = torch.full((wl.T, wl.R, wl.W, wl.geometry.hv, wl.geometry.v), math.nan, device=wl.device)
+    st.reset(wl.s_ctx)
+    tables = []
+    for t in range(wl.T):
+        st.step(t, wl.q[t], wl.k[t], wl.v[t], wl.g[t], wl.beta[t], wl.parents[t], out[t])
+        tables.append(st.coef[:3 + 2 * t].clone())
+    return st, out, tables
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="moves the deep forms' first step: interpreter only")
+@pytest.mark.parametrize("geo,W,T", [(Geometry(1, 3, 48, 16), 5, 12), (Geometry(2, 4, 16, 32), 37, 11),
+                                     (Geometry(1, 1, 256, 16), 3, 10)])
+def test_onela_pipelined_prep_writes_what_the_tiled_and_one_tile_kernels_write(geo, W, T, device, monkeypatch):
+    """The pipelined prep kernel (prep_deep "pipe", here from step 1) writes bit for bit the coefficient table the
+    main kernel reads, the ancestry rows and the records that the one-tile kernel (every step of a T <= 12 decode
+    under "tiles") and the depth-tiled kernel (moved to step 2, tiles of 4 columns: up to 3 tiles, the deepest
+    partial) write, at every step: G = 3 and 2 value heads' alpha chains, K padded to 64, K = 256 (16-beam
+    tiles), W = 37 (two pipelined tiles of 32 beams, the second partial). The gates are scaled so that the
+    deepest records still weigh in o."""
+    import kernels.onela.plan as plan
+    wl = make_workload(geo, 1, W, T, lineage="beam", seed=W + T, device=device, prompt_len=16)
+    wl.g = wl.g * 0.01
+    runs = {"one-tile": _coef_tables(wl, {"prep_deep": "tiles"})}
+    with monkeypatch.context() as m:
+        m.setattr(plan, "_PREP_UNROLL_STEPS", 1)
+        m.setattr(plan, "_DEPTH_TILE", 4)
+        m.setattr(plan, "_DEPTH_TILE_WIDE_K", 4)
+        assert "prep_deep" in step_launches({**launch_config(geo.k, geo.v, W), "prep_deep": "tiles"}, geo, 1, W, 2)
+        runs["depth-tiled"] = _coef_tables(wl, {"prep_deep": "tiles"})
+    with monkeypatch.context() as m:
+        m.setattr(plan, "_PIPE_FROM_STEP", 1)
+        launches = step_launches(launch_config(geo.k, geo.v, W), geo, 1, W, 1)
+        assert "prep_pipe" in launches and launches["prep_pipe"][1]["STAGES"] == 0     # the interpreter's loop
+        runs["pipelined"] = _coef_tables(wl, None)
+    st0, out0, coef0 = runs["one-tile"]
+    assert torch.isfinite(out0).all()
+    for name in ("depth-tiled", "pipelined"):
+        st1, out1, coef1 = runs[name]
+        assert all(torch.equal(a, b) for a, b in zip(coef1, coef0)), name
+        assert torch.equal(out1, out0) and torch.equal(st1.anc, st0.anc), name
+        assert all(torch.equal(a, b) for a, b in zip(st1.store.tensors(), st0.store.tensors())), name
+
+
+def test_onela_launch_config_names_a_bad_prep_form(device):
+    """prep_deep takes "pipe" (the default) or "tiles"; another value is refused when the stepper is made and by the
+    tools' --config, naming it."""
+    from tools import launch_config_arg
+    geo = Geometry(1, 1, 16, 16)
+    assert launch_config(16, 16, 5)["prep_deep"] == "pipe"
+    with pytest.raises(ValueError, match=re.escape("launch config prep_deep='block' unknown; known: pipe, tiles")):
+        OneLAStepper(geo, 1, 5, 3, device, {"prep_deep": "block"})
+    with pytest.raises(ValueError, match=re.escape("unknown launch config key(s) ['tile']")):
+        OneLAStepper(geo, 1, 5, 3, device, {"tile": 4})
+    import argparse
+    with pytest.raises(argparse.ArgumentTypeError, match="prep_deep='columns' unknown"):
+        launch_config_arg('{"prep_deep": "columns"}')
+    assert launch_config_arg('{"prep_deep": "tiles"}') == {"prep_deep": "tiles"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,R,W,T", [("qwen3_5_0_8b", 4, 512, 31), ("qwen3_5_397b", 2, 64, 12),
+                                        ("gdn_1_3b", 2, 128, 20), ("qwen3_5_9b", 1, 37, 18)])
+def test_gpu_pipelined_prep_writes_what_the_tiled_kernels_write(name, R, W, T):
+    """On the H200 the pipelined prep kernel (the default from step 8) and the one-tile / depth-tiled kernels
+    (prep_deep "tiles") write the same coefficient table (the dots' fp32 sums may round apart in the last bit if
+    the compiler orders them otherwise: rtol 1e-6), the same ancestry and records (to a bf16 rounding), and both
+    decodes pass the FP32 FullState gate: G = 1, 2 and 4, K = 256, W = 37 (partial beam tiles), through step 30."""
+    wl = make_workload(name, R, W, T, lineage="beam", seed=T, device="cuda")
+    ref = fullstate_decode(wl)
+    st0, out0, coef0 = _coef_tables(wl, {"prep_deep": "tiles", "ws": False})
+    st1, out1, coef1 = _coef_tables(wl, {"ws": False})
+    assert "prep_pipe" in st1.kernel_info and "prep_pipe" not in st0.kernel_info, st1.kernel_info
+    for t, (a, b) in enumerate(zip(coef1, coef0)):
+        assert torch.allclose(a, b, rtol=1e-6, atol=1e-30), t
+    assert torch.equal(st1.anc, st0.anc)
+    for a, b in zip(st1.store.tensors(), st0.store.tensors()):     # a coefficient an ulp apart may flip a bf16 delta
+        a, b = a.float(), b.float()
+        assert ((a - b).abs() <= 2 ** -8 * b.abs()).all(), a.shape
+    assert max_abs_err(out1, ref) <= DEFAULT_TOLERANCE and max_abs_err(out0, ref) <= DEFAULT_TOLERANCE
 
 
 def test_onela_refuses_only_depths_its_offsets_cannot_index(device):
@@ -390,7 +477,7 @@ def test_gpu_pdl_launches_give_bit_identical_graph_replays(name, R, W, T, ws):
     the T-step decode, replayed many times, writes bit for bit the outputs, GTRs and ancestry of plain launches --
     a read moved above the wait that depends on the previous launch would show as a mismatch. For the Triton
     kernels (ws False) and the default, which at W=512 is the warp-specialised kernel (at K = 256 too, gdn_1_3b,
-    with the prep kernel before it past step 7); at T = 40 the depth-tiled prep kernel past step 16 too."""
+    with the prep kernel before it past step 7); at T = 40 the pipelined prep kernel from step 8 too."""
     wl = make_workload(name, R, W, T, lineage="beam", seed=R + W, device="cuda")
     results = []
     for cfg in ({"pdl": 0}, {"pdl": 1}, {"pdl": 2}):     # 1: wait after the first projections, 2: before them
@@ -418,8 +505,8 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     another order), and its captured graph (PDL launches) replays bit for bit. The interpreter cannot run Gluon:
     this is its correctness test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share
     key heads; V = 256 and 512 run each value head as 128-column chunks; K = 256 (range_k256_v256, gdn_1_3b) as two
-    128-column key blocks, at R = 1 and 4, W = 64 and 512, down to step 11. T = 40 and 34: past step 16 the
-    depth-tiled prep kernel, past step 31 the Triton main kernel take over within the decode, within the same
+    128-column key blocks, at R = 1 and 4, W = 64 and 512, down to step 11. T = 40 and 34: from step 8 the
+    pipelined prep kernel, past step 31 the Triton main kernel take over within the decode, within the same
     gate."""
     from kernels.onela.plan import prep_is_deep
     from kernels.onela.ws import ws_fuses_step, ws_runs_step
@@ -431,7 +518,7 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     for t in range(T):
         if not ws_fuses_step(wl.geometry, t):
             want |= {"ws_main" if ws_runs_step(wl.geometry, t) else "main",
-                     "prep_deep" if prep_is_deep(t, wl.geometry.group) else "prep"}
+                     "prep_pipe" if t >= 8 or prep_is_deep(t, wl.geometry.group) else "prep"}
     assert set(st.kernel_info) == want, st.kernel_info
     assert max_abs_err(replays[0], ref) <= DEFAULT_TOLERANCE
     for o in replays[1:]:
@@ -456,16 +543,17 @@ def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups()
     nowhere past step 7, where the one-launch kernel's shared memory would exceed sm_90's. At K = 128 a k-hat_t
     buffer of its own (one ring entry fewer) at the one-launch steps 0-1; at K = 256 (gdn_1_3b) one q, k stage and
     a [128, 256] S tile leave the ring 3 entries in one launch and 4 after the prep kernel, and k-hat_t goes
-    through the o_t / delta_t staging buffers. Past step 16 (20 / G in a group of G) the prep kernel takes the
-    depth axis in tiles of 8 columns (4 at K = 256); past step 31 the Triton main kernel runs, and at K = 128 it
-    runs after the prep kernel past step 5 (the ws kernel's unrolled replay spills there)."""
+    through the o_t / delta_t staging buffers. From step 8 (and past step 20 / G in a group of G) the prep kernel
+    is the pipelined one, in beam tiles of 32 (16 at K = 256), and under prep_deep "tiles" past step 16 (20 / G)
+    the depth-tiled one, in tiles of 8 columns (4 at K = 256); past step 31 the Triton main kernel runs, and at
+    K = 128 it runs after the prep kernel past step 5 (the ws kernel's unrolled replay spills there)."""
     for geometry, one_launch in (("qwen3_5_0_8b", range(8)), ("qwen3_5_397b", (0, 1)), ("gdn_1_3b", (0,)),
                                  ("range_k256_v256", range(8)), ("range_hk4_hv16", (0, 1))):
         geo = GEOMETRIES[geometry]
         cfg = launch_config(geo.k, geo.v, 512, 4, geo.hv, 132, geo.group)
         for t in list(range(10)) + [31]:        # past step 7 the one-launch kernel's shared memory would not fit
             launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
-            prep = "prep_deep" if t > 16 or t * geo.group > 20 else "prep"
+            prep = "prep_pipe" if t >= 8 or t * geo.group > 20 else "prep"
             if t not in one_launch and geo.k == 128 and t > 5:     # K = 128 after the prep kernel: Triton main
                 assert sorted(launches) == ["main", prep], (geometry, t)
                 continue
@@ -476,10 +564,19 @@ def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups()
                 const["NR"] == nr, (geometry, t, const)
             assert launches["ws"][1]["TPC"] <= 8 or not const["FUSE"]
             assert launches["ws"][0] == (132,)
-        for t in (32, 40, 1000):    # past step 31 the Triton kernels, the prep kernel's depth axis in tiles
+        for t in (32, 40, 1000):    # past step 31 the Triton kernels after the pipelined prep kernel
             launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
-            assert sorted(launches) == ["main", "prep_deep"], (geometry, t)
-            assert launches["prep_deep"][1]["TP"] == (8 if geo.k == 128 else 4), (geometry, t)
+            assert sorted(launches) == ["main", "prep_pipe"], (geometry, t)
+            grid, const, opts = launches["prep_pipe"]
+            bb = 32 if geo.k == 128 else 16
+            assert const["BB"] == bb and grid == (512 // bb, 4 * geo.hk) and const["STAGES"] > 1, (geometry, t)
+            tiles = step_launches({**cfg, "prep_deep": "tiles"}, geo, 4, 512, t, interpret=False, ws_ok=True)
+            assert sorted(tiles) == ["main", "prep_deep"], (geometry, t)
+            assert tiles["prep_deep"][1]["TP"] == (8 if geo.k == 128 else 4), (geometry, t)
+        for t in (9, 16, 17):       # under "tiles" the one-tile kernel up to step 16 (20 / G), depth-tiled past it
+            tiles = step_launches({**cfg, "prep_deep": "tiles"}, geo, 4, 512, t, interpret=False, ws_ok=True)
+            want = "prep_deep" if t > 16 or t * geo.group > 20 else "prep"
+            assert want in tiles and "prep_pipe" not in tiles, (geometry, t)
         assert "ws" not in step_launches({**cfg, "ws": False}, geo, 4, 512, 1, interpret=False, ws_ok=True)
 
 
@@ -550,12 +647,22 @@ def test_compile_report_compiles_hopper_kernels_without_a_gpu():
     for ln in lines:
         assert 0 < int(ln.split(":")[1].split()[0]) <= 255, ln
 
-    # past step 31 (W = 64: the ws kernel's shape): the depth-tiled prep kernel, then the Triton main kernel; the
-    # prep kernel without spills at any depth (K = 256: tiles of 4 columns)
-    out = inspect("--geometry", "gdn_1_3b", "--R", "1", "--W", "64", "--O", "64", "--steps", "32", "62")
-    for step in (32, 62):
-        lines = [ln for ln in out if ln.startswith(f"step {step} ")]
-        assert [ln.split()[2] for ln in lines] == ["prep_deep", "main"] and " 0 bytes spilled" in lines[0], out
+    # past step 31 (W = 64: the ws kernel's shape): the pipelined prep kernel, then the Triton main kernel; the prep
+    # kernel in 128 registers (4 programs per SM) at any depth, its gathers cp.async copies (LDGSTS: the loop is
+    # software-pipelined), 16 bytes spilled at most; under prep_deep "tiles" the depth-tiled kernel without spills
+    for cfg in ("{}", '{"prep_deep": "tiles"}'):
+        out = inspect("--geometry", "gdn_1_3b", "--R", "1", "--W", "64", "--O", "64", "--steps", "32", "62",
+                      "--config", cfg, "--order")
+        for step in (32, 62):
+            lines = [ln for ln in out if ln.startswith(f"step {step} ")]
+            prep = lines[0]
+            assert [ln.split()[2] for ln in lines] == ["prep_pipe" if cfg == "{}" else "prep_deep", "main"], out
+            if cfg == "{}":
+                registers, _, spilled = prep.split(":")[1].split()[:3]
+                assert int(registers) <= 128 and int(spilled) <= 16, prep
+                assert "LDGSTS" in out[out.index(prep) + 1], out
+            else:
+                assert " 0 bytes spilled" in prep, out
 
     out = inspect("--geometry", "range_k256_v256", "--R", "16", "--O", "3", "--steps", "1", "--order",
                   "--config", '{"ws": false}')
@@ -568,7 +675,7 @@ def test_compile_report_compiles_hopper_kernels_without_a_gpu():
     # bytes and no more), shared memory in the 227 KB an sm_90 block may take, and its async machinery in the SASS
     # (TMA loads, cp.async gathers, wgmma, TMA stores). G > 2: the prep kernel first at steps past 1 (at K = 256
     # and V = 512, four value chunks, past step 0). K = 256 (two key blocks, V = 256 and 512): none at step 5
-    # either, nor at step 31 (the prep kernel, then ws).
+    # either, nor at step 31 (the pipelined prep kernel, then ws).
     for geometry, kernels5, spill5, steps in (
             ("qwen3_5_0_8b", ["ws"], 0, (0, 5)), ("qwen3_5_397b", ["prep", "ws"], 0, (0, 5)),
             ("gdn_small", ["ws"], 8, (0, 5)), ("range_hk4_hv16", ["prep", "ws"], 0, (0, 5)),
@@ -576,7 +683,7 @@ def test_compile_report_compiles_hopper_kernels_without_a_gpu():
         out = inspect("--geometry", geometry, "--O", str(max(steps) + 2), "--steps", *map(str, steps), "--order")
         for step in steps:
             lines = [ln for ln in out if ln.startswith(f"step {step} ")]
-            want = {0: ["ws"], 5: kernels5, 31: ["prep_deep", "ws"]}[step]
+            want = {0: ["ws"], 5: kernels5, 31: ["prep_pipe", "ws"]}[step]
             assert [ln.split()[2] for ln in lines] == want, (geometry, step, out)
             ws = lines[-1]
             spilled = int(ws.split(" bytes spilled")[0].split()[-1])
@@ -693,8 +800,8 @@ def test_kernel_functions_take_bundled_arguments():
     assert max(n for (f, _), n in counts.items() if f == "triton_kernels.py") <= 26, counts
 
 
-# The contract grid of the onela path (sampled): depths across the one-launch limit (7 / 8), the depth-tiled
-# prep kernel (past step 16, or 20 / G) and the Triton main kernel (past step 31),
+# The contract grid of the onela path (sampled): depths across the one-launch limit (7 / 8), the pipelined prep
+# kernel (from step 8, or past 20 / G) and the Triton main kernel (past step 31),
 # beam widths not a multiple of the 64-beam tile, head sizes of both kernels (powers of two and other multiples of
 # 16 up to 512) and a few unsupported ones, groups 1-8.
 _CONTRACT = [(T, W, K, V, G) for T, W, (K, V), G in (

@@ -21,15 +21,15 @@ import sys
 
 def launch_config_arg(text: str) -> dict:
     """The argparse type of a tool's `--config`: a OneLA launch config override, a JSON object whose keys are
-    `kernels.onela.CONFIG_KEYS` (an ArgumentTypeError naming a bad key or the text that is not JSON)."""
-    from kernels.onela import CONFIG_KEYS
+    `kernels.onela.CONFIG_KEYS` (an ArgumentTypeError naming a bad key or value, or the text that is not JSON)."""
+    from kernels.onela.plan import config_error
     try:
         cfg = json.loads(text)
     except json.JSONDecodeError as e:
         raise argparse.ArgumentTypeError(f"{text!r} is not JSON: {e}") from e
-    unknown = sorted(set(cfg) - set(CONFIG_KEYS)) if isinstance(cfg, dict) else ["(not a JSON object)"]
-    if unknown:
-        raise argparse.ArgumentTypeError(f"unknown launch config key(s) {unknown}; known: {', '.join(CONFIG_KEYS)}")
+    reason = config_error(cfg) if isinstance(cfg, dict) else "unknown launch config key(s) ['(not a JSON object)']"
+    if reason:
+        raise argparse.ArgumentTypeError(reason)
     return cfg
 
 

@@ -1,7 +1,7 @@
 """Compile OneLA's kernels for Hopper on any host, GPU or not: `python -m tools.compile_report [options]`.
 
 Prints, per decode step and kernel, what Triton's compile for sm_90a allocates -- registers per thread, spilled
-bytes, shared memory (read from its cubin with the cuobjdump Triton ships) -- and with `--order` the main
+bytes, shared memory (read from its cubin with the cuobjdump Triton ships) -- and with `--order` each
 kernel's instruction classes in issue order (global loads, fp32 -> bf16 converts, tensor-core MMAs, stores,
 barriers), run-length encoded. Those decide a kernel's occupancy and whether its loads overlap; checking them
 costs no device time. The launch parameters come from `kernels.onela.step_launches`, the same function the
@@ -122,7 +122,7 @@ def main(argv=None) -> int:
     ap.add_argument("--config", type=launch_config_arg, default={},
                     help=f"launch config overrides (JSON; keys {', '.join(CONFIG_KEYS)})")
     ap.add_argument("--steps", type=int, nargs="*", help="only these steps (default: all)")
-    ap.add_argument("--order", action="store_true", help="also print the main kernel's instruction order")
+    ap.add_argument("--order", action="store_true", help="also print each kernel's instruction order")
     args = ap.parse_args(argv)
     for name, value, low in (("--R", args.R, 1), ("--W", args.W, 1), ("--O", args.O, 2)):
         if value < low:
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
             rep = compile_kernel(name, const, opts)
             print(f"step {t} {name:5s} grid {grid}: {rep['registers']} registers, {rep['spill_bytes']} bytes "
                   f"spilled, {rep['shared_bytes']} bytes shared", flush=True)
-            if args.order and name in ("main", "ws"):
+            if args.order:
                 print("  " + issue_order(rep["cubin"]), flush=True)
     return 0
 

@@ -15,8 +15,9 @@ from artifact.cost import BF16, ProjectionReplay
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
 from kernels.checks import check_reset, check_step, kernel_supports
-from kernels.onela.plan import CONFIG_KEYS, launch_config, shape_supports, step_launches
-from kernels.onela.triton_kernels import onela_main_kernel, onela_prep_deep_kernel, onela_prep_kernel
+from kernels.onela.plan import config_error, launch_config, shape_supports, step_launches
+from kernels.onela.triton_kernels import (onela_main_kernel, onela_prep_deep_kernel, onela_prep_kernel,
+                                          onela_prep_pipe_kernel)
 from kernels.onela.ws import launch_ws, ws_layout_supports, ws_shape_supports
 
 
@@ -24,7 +25,8 @@ class OneLAStepper(Stepper):
     """Shared S_ctx + append-only GtrStore + [R, W, T] ancestry (two ping-pong tables); per step the
     warp-specialised kernel where it applies, else two Triton launches (key-axis prep, then the shared-context
     main kernel), and a small per-step coefficient workspace. `config` overrides keys of `launch_config`
-    (`kernels.onela.plan.CONFIG_KEYS`: tiles, pdl, ws) -- for tests and tools; the default is the adopted plan."""
+    (`kernels.onela.plan.CONFIG_KEYS`: tiles, pdl, ws, prep_deep) -- for tests and tools; the default is the adopted
+    plan."""
 
     def __init__(self, geometry, R, W, T, device, config: dict | None = None):
         super().__init__(geometry, R, W, T, device)
@@ -32,9 +34,9 @@ class OneLAStepper(Stepper):
             shape_supports(T, R, W, geometry.hv, self.device.type == "cuda")
         if reason:
             raise ValueError(reason)
-        unknown = sorted(set(config or {}) - set(CONFIG_KEYS))
-        if unknown:
-            raise ValueError(f"onela: unknown launch config key(s) {unknown}; known: {', '.join(CONFIG_KEYS)}")
+        reason = config_error(config or {})
+        if reason:
+            raise ValueError(f"onela: {reason}")
         self.store = GtrStore(geometry, R, W, T, device=device)
         self.anc = torch.zeros(2, R, W, T, dtype=torch.int32, device=device)
         on_gpu = self.device.type == "cuda"
@@ -76,6 +78,9 @@ class OneLAStepper(Stepper):
         elif "prep_deep" in launches:
             grid, const, opts = launches["prep_deep"]
             self._note_kernel("prep_deep", onela_prep_deep_kernel[grid](*prep_args, t, **const, **opts))
+        elif "prep_pipe" in launches:
+            grid, const, opts = launches["prep_pipe"]
+            self._note_kernel("prep_pipe", onela_prep_pipe_kernel[grid](*prep_args, t, **const, **opts))
         if "ws" in launches:
             kern = launch_ws(self, q, k, v, g, beta, parents, anc_prev, anc_cur, out, *launches["ws"])
             self._note_kernel("ws_step" if launches["ws"][1]["FUSE"] else "ws_main", kern)

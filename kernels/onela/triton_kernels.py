@@ -17,6 +17,10 @@ where a key head has more than two value heads (`kernels/onela/plan.py`).
   loop from the deepest tile down, each tile's coefficients written as it is done and the alpha product chain
   carried from tile to tile in registers. The step is a run-time argument: one compile serves every deep step,
   and the kernel's registers do not grow with the depth.
+- `onela_prep_pipe_kernel`: the same outputs again, for the deep steps under the launch config's prep_deep "pipe"
+  (`kernels.onela.plan`): the depths one at a time in a software-pipelined run-time loop, each depth's slot, k-hat
+  row and alphas gathered a few depths ahead of their use into shared memory, as the main kernel's replay gathers
+  its delta rows -- several depths' gathers in flight per program at one depth's registers.
 - `onela_main_kernel`, one program per (BV tile of V, BEAM_ITERS beam tiles, request x value head): loads the
   S_ctx[r, hv][BV, K] tile once and uses it for every beam tile it runs -- u_q = q S^T and u_k = k S^T on the
   tensor cores, bf16 q, k against S split into bf16 planes -- then replays the ancestral GTRs in closed form,
@@ -278,6 +282,85 @@ def onela_prep_deep_kernel(
         tl.store(base, c * inv_q, mask=mask_b)
         tl.store(base + plane, c * inv_k, mask=mask_b)
         tl.store(base + 2 * plane, kq_t, mask=mask_b)
+
+
+@triton.jit
+def _prep_depth(cs, j, step, par, anc_row, ptrs, keys, r, hk, hvs, rw, offs_b, mask_b, gmask, dims, plane,
+                K: tl.constexpr, KP: tl.constexpr):
+    """Depth j of `onela_prep_pipe_kernel`: beam b's slot h_t(b, j) (its parent at j = step - 1, else the
+    parent's row of the previous table), written to b's new row by key head 0's programs; the record's k-hat row
+    [BB, KP] and the group's alphas [BB, GP], gathered through it; coefficient rows 3 + 2j and 4 + 2j of each
+    value head of the group, c_j (k-hat_j . q-hat) and c_j (k-hat_j . k-hat) with c_j = cs [BB, GP] (alpha_t
+    prod_{j < i < t} alpha_i); returns c_{j-1} = c_j alpha_j. ptrs = the (previous, next) ancestry tables, the
+    records' alpha and k-hat and the coefficient table; keys = the beams' q, k rows (fp32 [BB, KP]) and norms;
+    dims = (R, W, HV, HK, T_CAP)."""
+    anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr = ptrs
+    qf, kf, inv_q, inv_k = keys
+    R, W, HV, HK, T_CAP = dims
+    slot = tl.load(anc_prev_ptr + anc_row + j, mask=mask_b & (j < step - 1), other=0)
+    slot = tl.where(j == step - 1, par, slot)
+    offs_k = tl.arange(0, KP)
+    k_j = tl.load(khat_ptr + record_row(j, r, hk, slot, R, HK, W).to(tl.int64)[:, None] * K + offs_k[None, :],
+                  mask=_row_mask(mask_b, offs_k, K, KP), other=0.0).to(tl.float32)
+    a_j = tl.load(alpha_ptr + record_row(j, r, hvs[None, :], slot[:, None], R, HV, W), mask=gmask, other=1.0)
+    if hk == 0:
+        tl.store(anc_next_ptr + rw * T_CAP + j, slot, mask=mask_b)
+    kq = tl.sum(k_j * qf, axis=1) * inv_q
+    kk = tl.sum(k_j * kf, axis=1) * inv_k
+    base = coef_ptr + (r * HV + hvs[None, :]) * W + offs_b[:, None] + (3 + 2 * j) * plane
+    tl.store(base, cs * kq[:, None], mask=gmask)
+    tl.store(base + plane, cs * kk[:, None], mask=gmask)
+    return cs * a_j
+
+
+@triton.jit(do_not_specialize=["step"])
+def onela_prep_pipe_kernel(
+    q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr,
+    R, W, HV, HK, T_CAP, sq, step,
+    K: tl.constexpr, KP: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, BB: tl.constexpr, STAGES: tl.constexpr,
+    PDL: tl.constexpr,
+):
+    """`onela_prep_deep_kernel`'s outputs as a software-pipelined loop over the depths, from step - 1 down (the
+    step a run-time value, so one compile serves every deep step): the pipeliner issues each depth's slot, k-hat
+    row and alphas (`_prep_depth`) STAGES - 1 iterations ahead of their use, into shared memory, so a program
+    keeps several depths' gathers in flight at one depth's registers. The alpha product chain multiplies in the
+    one-tile and depth-tiled kernels' order (alpha_t first, then the depths from the deepest down) and the dots
+    reduce rows laid out as theirs, so the coefficients are the same products. The group's value heads are the
+    columns of [BB, GP] tiles. STAGES 0: a plain loop (the interpreter takes no range over a run-time bound).
+    Same arguments as `onela_prep_deep_kernel`; BB beams per program."""
+    if PDL:
+        tl_cuda.gdc_launch_dependents()     # the main kernel may start its S load and projections meanwhile
+    r, hk, offs_b, mask_b, rw, qk_row = _prep_program(W, HK, sq, BB)
+    offs_g = tl.arange(0, GP)
+    qf, kf, inv_q, inv_k, kq_t = _key_rows(q_ptr, k_ptr, qk_row, mask_b, K, KP)
+    hvs = hk * G + offs_g                           # the group's value heads, as columns
+    gmask = mask_b[:, None] & (offs_g < G)[None, :]
+    g = tl.load(g_ptr + rw[:, None] * HV + hvs[None, :], mask=gmask, other=0.0)
+    par = tl.load(par_ptr + rw, mask=mask_b, other=0)
+    if PDL:
+        tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
+    _store_khat(khat_ptr, record_row(step, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b, K, KP)
+    cs = tl.exp(g)                                  # alpha_t, then alpha_t prod_{i > j} alpha_i down the depths
+    tl.store(alpha_ptr + record_row(step, r, hvs[None, :], offs_b[:, None], R, HV, W), cs, mask=gmask)
+    plane = R * HV * W
+    anc_row = (r * W + par) * T_CAP
+    ptrs = (anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr)
+    keys = (qf, kf, inv_q, inv_k)
+    dims = (R, W, HV, HK, T_CAP)
+    if STAGES == 0:
+        j = step - 1
+        while j >= 0:
+            cs = _prep_depth(cs, j, step, par, anc_row, ptrs, keys, r, hk, hvs, rw, offs_b, mask_b, gmask, dims,
+                             plane, K, KP)
+            j -= 1
+    else:
+        for i in tl.range(0, step, num_stages=STAGES):
+            cs = _prep_depth(cs, step - 1 - i, step, par, anc_row, ptrs, keys, r, hk, hvs, rw, offs_b, mask_b,
+                             gmask, dims, plane, K, KP)
+    base = coef_ptr + (r * HV + hvs[None, :]) * W + offs_b[:, None]      # rows 0, 1, 2 of the group's heads
+    tl.store(base, cs * inv_q[:, None], mask=gmask)
+    tl.store(base + plane, cs * inv_k[:, None], mask=gmask)
+    tl.store(base + 2 * plane, tl.broadcast_to(kq_t[:, None], [BB, GP]), mask=gmask)
 
 
 @triton.jit
