@@ -327,6 +327,17 @@ MERGE_WARPS = 4
 
 
 @triton.jit
+def _own_offsets(idx_ptr, s_idx, s_hist, jj, r, b, h, NH, GATHER: tl.constexpr):
+    """Offsets of history rows jj of token (r, b), KV head h: the row of key j is idx[j, r, b] (GATHER: the
+    ancestry's slot at depth j) or b (the beam's own rows)."""
+    if GATHER:
+        row = tl.load(idx_ptr + jj * s_idx[0] + r * s_idx[1] + b * s_idx[2], mask=jj < NH, other=0)
+    else:
+        row = b + 0 * jj
+    return jj * s_hist[0] + r * s_hist[1] + row * s_hist[2] + h * s_hist[3]
+
+
+@triton.jit
 def _own_rows(h_ptr, c_ptr, off_h, off_c, jj, NH, d, mask_d, HAS_CUR: tl.constexpr):
     """Rows jj of a token's own keys or values as fp32 [BJ, BD]: row j < NH at h_ptr + off_h[j], row NH (the
     current step's, when HAS_CUR) at c_ptr + off_c; the others 0."""
@@ -377,11 +388,7 @@ def _merge_kernel(
     c = 0
     while c < NK:                # pass 1: the maximum (while: the interpreter cannot range over a run-time scalar)
         jj = c + tl.arange(0, BJ)
-        if GATHER:
-            row = tl.load(idx_ptr + jj * si_j + r * si_r + b * si_w, mask=jj < NH, other=0)
-        else:
-            row = b + 0 * jj
-        off_h = jj * sh_j + r * sh_r + row * sh_w + h * sh_h
+        off_h = _own_offsets(idx_ptr, (si_j, si_r, si_w), (sh_j, sh_r, sh_w, sh_h), jj, r, b, h, NH, GATHER)
         kt = _own_rows(kh_ptr, kc_ptr, off_h, off_c, jj, NH, d, mask_d, HAS_CUR)
         s = tl.sum(q[:, None, :] * kt[None, :, :], axis=2) * scale                        # [BG, BJ]
         m = tl.maximum(m, tl.max(tl.where((jj < NK)[None, :], s, float("-inf")), axis=1))
@@ -391,11 +398,7 @@ def _merge_kernel(
     c = 0
     while c < NK:                                                # pass 2: the weights and their sums
         jj = c + tl.arange(0, BJ)
-        if GATHER:
-            row = tl.load(idx_ptr + jj * si_j + r * si_r + b * si_w, mask=jj < NH, other=0)
-        else:
-            row = b + 0 * jj
-        off_h = jj * sh_j + r * sh_r + row * sh_w + h * sh_h
+        off_h = _own_offsets(idx_ptr, (si_j, si_r, si_w), (sh_j, sh_r, sh_w, sh_h), jj, r, b, h, NH, GATHER)
         kt = _own_rows(kh_ptr, kc_ptr, off_h, off_c, jj, NH, d, mask_d, HAS_CUR)
         s = tl.sum(q[:, None, :] * kt[None, :, :], axis=2) * scale
         w = tl.where((jj < NK)[None, :], tl.exp(s - m[:, None]), 0.0)

@@ -143,8 +143,9 @@ def report_lines(root) -> list[str]:
            "the component's floor (max(bytes / copy bandwidth, FLOPs / matrix rate), the run's measured "
            "ceilings) and measured / floor. `total` is the call as Fig 6 times it, beside the whole-model floor; "
            "`span` the profiled replay's first-to-last kernel time; `idle` its time with no kernel running. "
-           "kv_state, ancestry and embed have no floor: the model's floor counts no copies that follow the beam "
-           "tree and (tied embeddings) no separate embedding read (artifact/model/cost.py). Runs whose model "
+           "ancestry and embed have no floor (index updates; tied embeddings: no separate embedding read), and "
+           "kv_state's floor is copy mode's fork of each beam's earlier decode K/V (none in ancestry mode; runs "
+           "whose floors predate that count show no floor there) (artifact/model/cost.py). Runs whose model "
            "kept the FullState conv windows in a component of their own (conv_state, no floor) counted weights "
            "alone in the floors of gdn_conv, gdn_norm, attn_qk_norm_rope and norms, so those runs leave these "
            "parts' measured / floor out ('—'); later runs' floors count the activation bytes each part moves.", ""]
