@@ -223,6 +223,31 @@ def onela_prep_kernel(
         tl.store(base + 2 * plane, kq_t, mask=mask_b)
 
 
+@triton.jit
+def _prep_step_head(ptrs, R, W, HV, HK, sq, step, K: tl.constexpr, KP: tl.constexpr, G: tl.constexpr,
+                    GP: tl.constexpr, BB: tl.constexpr, PDL: tl.constexpr):
+    """The depth-looping prep kernels' start: the program's beams, their q / k rows and norms, g and parents
+    loaded before the wait on the previous launch, then step `step`'s k-hat row and alpha_t stored. ptrs: (q, k,
+    g, parents, alpha, khat). Returns (r, hk, offs_b, mask_b, rw, par, hvs, gmask, (qf, kf, inv_q, inv_k), kq_t,
+    alpha_t as [BB, GP]: the group's value heads as columns)."""
+    q_ptr, k_ptr, g_ptr, par_ptr, alpha_ptr, khat_ptr = ptrs
+    if PDL:
+        tl_cuda.gdc_launch_dependents()     # the main kernel may start its S load and projections meanwhile
+    r, hk, offs_b, mask_b, rw, qk_row = _prep_program(W, HK, sq, BB)
+    offs_g = tl.arange(0, GP)
+    qf, kf, inv_q, inv_k, kq_t = _key_rows(q_ptr, k_ptr, qk_row, mask_b, K, KP)
+    hvs = hk * G + offs_g                           # the group's value heads, as columns
+    gmask = mask_b[:, None] & (offs_g < G)[None, :]
+    g = tl.load(g_ptr + rw[:, None] * HV + hvs[None, :], mask=gmask, other=0.0)
+    par = tl.load(par_ptr + rw, mask=mask_b, other=0)
+    if PDL:
+        tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
+    _store_khat(khat_ptr, record_row(step, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b, K, KP)
+    cs = tl.exp(g)
+    tl.store(alpha_ptr + record_row(step, r, hvs[None, :], offs_b[:, None], R, HV, W), cs, mask=gmask)
+    return r, hk, offs_b, mask_b, rw, par, hvs, gmask, (qf, kf, inv_q, inv_k), kq_t, cs
+
+
 @triton.jit(do_not_specialize=["step"])
 def onela_prep_deep_kernel(
     q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr,
@@ -237,21 +262,11 @@ def onela_prep_deep_kernel(
     value head of the group: [BB, GP]) to the next tile in registers -- so registers are those of one tile at
     any depth. GP: the power of two >= G (the group's columns). Same grid and arguments as `onela_prep_kernel`
     otherwise."""
-    if PDL:
-        tl_cuda.gdc_launch_dependents()     # the main kernel may start its S load and projections meanwhile
-    r, hk, offs_b, mask_b, rw, qk_row = _prep_program(W, HK, sq, BB)
+    r, hk, offs_b, mask_b, rw, par, hvs, gmask, keys, kq_t, cs = _prep_step_head(
+        (q_ptr, k_ptr, g_ptr, par_ptr, alpha_ptr, khat_ptr), R, W, HV, HK, sq, step, K, KP, G, GP, BB, PDL)
+    qf, kf, inv_q, inv_k = keys                     # cs: alpha_t, then alpha_t prod_{i > j} alpha_i down the tiles
     offs_t = tl.arange(0, TP)
     offs_g = tl.arange(0, GP)
-    qf, kf, inv_q, inv_k, kq_t = _key_rows(q_ptr, k_ptr, qk_row, mask_b, K, KP)
-    hvs = hk * G + offs_g                           # the group's value heads, as columns
-    gmask = mask_b[:, None] & (offs_g < G)[None, :]
-    g = tl.load(g_ptr + rw[:, None] * HV + hvs[None, :], mask=gmask, other=0.0)
-    par = tl.load(par_ptr + rw, mask=mask_b, other=0)
-    if PDL:
-        tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
-    _store_khat(khat_ptr, record_row(step, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b, K, KP)
-    cs = tl.exp(g)                                  # alpha_t, then alpha_t prod_{i > j} alpha_i down the tiles
-    tl.store(alpha_ptr + record_row(step, r, hvs[None, :], offs_b[:, None], R, HV, W), cs, mask=gmask)
     plane = R * HV * W
     j0 = ((step - 1) // TP) * TP                    # the deepest tile's first depth; a while loop, since the
     while j0 >= 0:                                  # interpreter cannot range over a run-time scalar
@@ -328,24 +343,12 @@ def onela_prep_pipe_kernel(
     reduce rows laid out as theirs, so the coefficients are the same products. The group's value heads are the
     columns of [BB, GP] tiles. STAGES 0: a plain loop (the interpreter takes no range over a run-time bound).
     Same arguments as `onela_prep_deep_kernel`; BB beams per program."""
-    if PDL:
-        tl_cuda.gdc_launch_dependents()     # the main kernel may start its S load and projections meanwhile
-    r, hk, offs_b, mask_b, rw, qk_row = _prep_program(W, HK, sq, BB)
-    offs_g = tl.arange(0, GP)
-    qf, kf, inv_q, inv_k, kq_t = _key_rows(q_ptr, k_ptr, qk_row, mask_b, K, KP)
-    hvs = hk * G + offs_g                           # the group's value heads, as columns
-    gmask = mask_b[:, None] & (offs_g < G)[None, :]
-    g = tl.load(g_ptr + rw[:, None] * HV + hvs[None, :], mask=gmask, other=0.0)
-    par = tl.load(par_ptr + rw, mask=mask_b, other=0)
-    if PDL:
-        tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
-    _store_khat(khat_ptr, record_row(step, r, hk, offs_b, R, HK, W), kf, inv_k, mask_b, K, KP)
-    cs = tl.exp(g)                                  # alpha_t, then alpha_t prod_{i > j} alpha_i down the depths
-    tl.store(alpha_ptr + record_row(step, r, hvs[None, :], offs_b[:, None], R, HV, W), cs, mask=gmask)
+    r, hk, offs_b, mask_b, rw, par, hvs, gmask, keys, kq_t, cs = _prep_step_head(
+        (q_ptr, k_ptr, g_ptr, par_ptr, alpha_ptr, khat_ptr), R, W, HV, HK, sq, step, K, KP, G, GP, BB, PDL)
+    _, _, inv_q, inv_k = keys                       # cs: alpha_t, then alpha_t prod_{i > j} alpha_i down the depths
     plane = R * HV * W
     anc_row = (r * W + par) * T_CAP
     ptrs = (anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr)
-    keys = (qf, kf, inv_q, inv_k)
     dims = (R, W, HV, HK, T_CAP)
     if STAGES == 0:
         j = step - 1
