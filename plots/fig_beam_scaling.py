@@ -32,6 +32,7 @@ BASE_LINEAGE = "beam"  # the synthetic lineage of every depth and width cell; ot
 LINEAGE_LABELS = {"beam": "synthetic beam lineage",
                   "model": "model lineage (Qwen3.5-0.8B's own beam search, recorded)"}
 LINEAGE_STYLE = {"beam": dict(linestyle="-", marker="o"), "model": dict(linestyle="-.", marker="s")}
+STEPS_LIST = "steps_ms"   # a depth cell's every step's median time, ';'-joined, step 0 first (text, not a number)
 
 
 def is_fullstate(path: str) -> bool:
@@ -40,8 +41,8 @@ def is_fullstate(path: str) -> bool:
 
 def load_side(root, name: str) -> pd.DataFrame:
     """A side table as text columns, with its measured columns numeric; empty if the file is absent."""
-    return side_frame(root, name, lambda c: c.endswith(("_ms", "_bytes", "_W", "_a", "_b", "_flops"))
-                      or c in ("R", "W", "T", "O", "step", "max_abs_err"))
+    return side_frame(root, name, lambda c: c != STEPS_LIST and (
+        c.endswith(("_ms", "_bytes", "_W", "_a", "_b", "_flops")) or c in ("R", "W", "T", "O", "step", "max_abs_err")))
 
 
 def _joined(res: Results, side_name: str) -> pd.DataFrame:
@@ -83,6 +84,27 @@ def of_lineage(depth: pd.DataFrame, lineage: str) -> pd.DataFrame:
 
 def lineage_label(lineage: str) -> str:
     return LINEAGE_LABELS.get(lineage, f"lineage {lineage}")
+
+
+def decode_steps(depth: pd.DataFrame, path: str = "onela") -> pd.DataFrame:
+    """Every step t of `path`'s deepest depth cell that lists its steps' times (STEPS_LIST), from depth_table rows
+    of one lineage (of_lineage): `ms`, that decode's own step t; `floor_ms`, the step_floor_ms of the depth cell
+    whose last step is t, linearly interpolated over t between depth cells where no cell ends at t
+    (`interpolated` True there). Empty when no such cell exists."""
+    cols = ["step", "ms", "floor_ms", "interpolated"]
+    if not len(depth) or STEPS_LIST not in depth.columns:
+        return pd.DataFrame(columns=cols)
+    d = depth[(depth["path"] == path) & depth[STEPS_LIST].astype(str).str.contains(r"\d", regex=True)]
+    if not len(d):
+        return pd.DataFrame(columns=cols)
+    deepest = d.sort_values("O").iloc[-1]
+    ms = np.array([float(x) for x in str(deepest[STEPS_LIST]).split(";")])
+    fl = depth[(depth["path"] == path) & np.isfinite(depth["step_floor_ms"])].drop_duplicates("t", keep="last")
+    fl = fl.sort_values("t")
+    steps = np.arange(len(ms))
+    floor = np.interp(steps, fl["t"], fl["step_floor_ms"]) if len(fl) else np.full(len(ms), np.nan)
+    out = pd.DataFrame({"step": steps, "ms": ms, "floor_ms": floor, "interpolated": ~np.isin(steps, fl["t"])})
+    return out[steps <= (fl["t"].max() if len(fl) else -1)].reset_index(drop=True)
 
 
 def width_table(res: Results) -> pd.DataFrame:

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from artifact.results import ResultsFileError, read_wall
-from plots import fig_beam_scaling, fig_breakdown, paper
+from plots import fig_beam_scaling, fig_breakdown, paper, targets
 from plots.data import NATIVE_SUITE, SHAPE_KEY, SUITES, Results
 from plots.reproduced import (MODE_KEYS, index_measures, measures, mode_paths, native_cells, native_measure,
                               native_table, not_in_paper)
@@ -25,7 +25,7 @@ from plots.style import (INDEX_MODE, NATIVE_COMMAND, NATIVE_ONELA, NATIVE_SKIPS,
 NOT_MEASURED = "not measured yet"
 NOT_PAIRED = "not paired"
 INDEX_ROW = "↳ same, index mode (not the paper's mode)"
-UNIT = {"x": "×", "%": "%", "ms": " ms", "MiB": " MiB", "FLOP/B": " FLOP/B", "": ""}
+UNIT = {"x": "×", "%": "%", "ms": " ms", "MiB": " MiB", "FLOP/B": " FLOP/B", "min": " min", "": ""}
 
 
 def fmt(v: float, unit: str) -> str:
@@ -199,6 +199,29 @@ def not_run(res: Results) -> list[str]:
     return out
 
 
+def targets_table(res: Results) -> list[str]:
+    """The project's own targets (plots/targets.py; their bounds listed in docs/design.md §7): per target its
+    bound, our value, met / not met / not measured yet, and the rows it reads (with the command that writes them
+    where it is not measured yet)."""
+    found = targets.evaluate(res)
+    counts = {v: sum(1 for *_, x in found if x == v) for v in (targets.MET, targets.NOT_MET, targets.NOT_MEASURED)}
+    rows = []
+    for t, m, verdict in found:
+        how = [t.source] + ([m.note] if m.note else [])
+        if verdict == targets.NOT_MEASURED:
+            how.append(f"`{t.command}` writes them")
+        bound = fmt(t.bound, t.unit)
+        value = ours_text(m, t.unit)
+        if m.measured and fmt(m.value, t.unit) == bound:      # the digits that decide the verdict
+            value = f"{m.value:.5g}{UNIT[t.unit]}"
+        rows.append([f"`{t.id}`", t.what, f"{t.op} {bound}".replace("<=", "≤").replace(">=", "≥"), value, f"**{verdict}**" if verdict == targets.NOT_MET else verdict, t.set_in,
+                     "; ".join(how)])
+    return [f"Beyond the paper, the project holds itself to these bounds (docs/design.md §7; computed by "
+            f"`plots/targets.py` from the same rows and code as the sections above): {counts[targets.MET]} met, "
+            f"{counts[targets.NOT_MET]} not met, {counts[targets.NOT_MEASURED]} {NOT_MEASURED}.", "",
+            *_table(["id", "target", "bound", "measured", "verdict", "set in", "source rows; how"], rows)]
+
+
 # ---------------------------------------------------------------- Fig 6's native framework reference
 NATIVE_TIME_ESTIMATE = "6-8 min (estimate)"      # tools.hf_generate at its default cells, until a wall record exists
 NATIVE_SPEEDUPS = (            # native_cells column, what it is
@@ -274,6 +297,7 @@ def build(res: Results, figures: list[Path] | None = None, report_dir: Path = Pa
              "state read through an index, no copy; e.g. \"vLLM FullState (index mode)\") follows each such number in "
              f"its own row (↳), \"{NOT_PAIRED}\" with the paper's value (docs/methods.md §4).", "",
              "## Numbers to reproduce", "", *paper_vs_ours(res), "",
+             "## Project targets", "", *targets_table(res), "",
              "## Baselines the paper does not compare against", "", *baselines_not_in_paper(res), "",
              "## The native framework reference: transformers' generate (Fig 6, lower row)", "",
              *native_reference(res), "",

@@ -286,9 +286,12 @@ def test_empty_results_say_not_measured_and_no_data(tmp_path):
     assert no_kernel and text.count("none: no GDN kernel") == len(no_kernel)
     # + each FullState number's index-mode row, the header's word on the pairing, the breakdown section, the
     # line naming the registered paths with no rows (here: all of them), the depth and width scaling section and
-    # each number of the systems not in the paper, and the native framework reference's line and speedups
+    # each number of the systems not in the paper, the native framework reference's line and speedups, and the
+    # project targets' count line and each target's value and verdict
+    from plots.targets import TARGETS
     assert text.count(report.NOT_MEASURED) == (len(paper.NUMBERS) - len(no_kernel) + len(MODE_KEYS) + 4
-                                               + len(not_in_paper(res)) + 1 + len(report.NATIVE_SPEEDUPS))
+                                               + len(not_in_paper(res)) + 1 + len(report.NATIVE_SPEEDUPS)
+                                               + 1 + 2 * len(TARGETS))
     for mod in (fig6_full_model, fig7_generality, fig8_sources, fig_floor_geometry, fig_breakdown, fig_beam_scaling):
         assert "no data yet" in texts(mod.draw(res))
 
@@ -653,3 +656,87 @@ def test_native_reference_not_measured_yet(tmp_path):
     assert "| not measured yet (no hf_generate rows) |" in native
     assert "vLLM 0.33 pins torch 2.14" in native
 
+
+
+# ---------------------------------------------------------------- the project's own targets (plots/targets.py)
+
+def _verdicts(res) -> dict[str, tuple[float, str]]:
+    from plots import targets
+    return {t.id: (m.value, v) for t, m, v in targets.evaluate(res)}
+
+
+def test_targets_met_not_met_and_not_measured(fake):
+    """On the FAKE tables: a target the rows meet, one they miss, and those whose rows are absent, each come out
+    so, with the value the fixture's formulas give; REPORT's section says the same."""
+    from plots import targets
+    got = _verdicts(fake)
+    # full_model_rows: vLLM FullState 2.16x OneLA, Controlled 2.0x (index mode): |2 / 2.16 - 1| = 7.4 %
+    assert got["fig6_controlled_vllm_index"][0] == pytest.approx((1 - 2.0 / 2.16) * 100) and got["fig6_controlled_vllm_index"][1] == \
+        targets.MET
+    assert got["fig6_index"][0] == pytest.approx(2.0) and got["fig6_index"][1] == targets.NOT_MET
+    # fake_beam_rows: OneLA's step 0.02 + 0.003 t ms, Controlled FullState 0.9 ms; cumulative T a + b t T / 2
+    # over a floor of T a / 3
+    assert got["depth_vs_fullstate"] == (pytest.approx(0.9 / (0.02 + 0.003 * 30)), targets.MET)
+    assert got["cumulative_floor"] == (pytest.approx((31 * 0.02 + 0.003 * 30 * 31 / 2) / (31 * 0.02 / 3)),
+                                       targets.NOT_MET)
+    for absent in ("hf_prefill", "hf_decode_wall", "run_all_quick", "run_all_full", "step_floor", "step8"):
+        assert math.isnan(got[absent][0]) and got[absent][1] == targets.NOT_MEASURED, absent
+    lines = report.targets_table(fake)
+    row = next(ln for ln in lines if ln.startswith("| `run_all_full` |"))
+    assert cells(row)[3:5] == [report.NOT_MEASURED, report.NOT_MEASURED] and "`./run_all.sh` writes them" in row
+    assert cells(next(ln for ln in lines if ln.startswith("| `fig6_index` |")))[2:5] == ["≥ 3.00×", "2.00×",
+                                                                                          "**not met**"]
+    assert "## Project targets" in report.build(fake)
+
+
+def test_step_targets_read_the_deepest_decodes_steps(tmp_path):
+    """The per-step targets read the deepest OneLA decode's own steps (steps_ms) against floors interpolated
+    between the depth cells: 1.5x every floor meets both; step 8 tripled misses both."""
+    from plots import targets
+    from test_beam_scaling import FAKE_FIT, fake_beam_rows
+    a, b = FAKE_FIT["onela"]
+    floors = [0.5 * a / 4] + [(a + b * t) / 4 for t in range(1, 31)]     # fake_beam_rows' step / 4, linear in t
+    for name, scale8 in (("met", 1.0), ("missed", 3.0)):
+        root = tmp_path / name
+        root.mkdir()
+        fake_beam_rows(root)
+        side = pd.read_csv(root / fig_beam_scaling.STEPS_CSV)
+        ms = [1.5 * f * (scale8 if t == 8 else 1.0) for t, f in enumerate(floors)]
+        side["steps_ms"] = ""
+        side.loc[(side["path"] == "onela") & (side["step"] == 30), "steps_ms"] = ";".join(f"{x:.9g}" for x in ms)
+        side.to_csv(root / fig_beam_scaling.STEPS_CSV, index=False)
+        got = _verdicts(load_results(root))
+        if name == "met":
+            assert got["step_floor"] == (pytest.approx(1.5), targets.MET)
+            assert got["step8"] == (pytest.approx((a + 8 * b) / (a + 7 * b)), targets.MET)
+        else:
+            assert got["step_floor"] == (pytest.approx(4.5), targets.NOT_MET)
+            assert got["step8"] == (pytest.approx(3 * (a + 8 * b) / (a + 7 * b)), targets.NOT_MET)
+
+
+def test_run_time_targets_read_the_stages_file(tmp_path):
+    """A run's stages.tsv summed: 11.7 min misses the quick run's 10; a stage that exited non-zero misses it
+    whatever the time; no folder is not measured yet."""
+    from plots import targets
+    (tmp_path / targets.QUICK_RUN).mkdir()
+    stages = tmp_path / targets.QUICK_RUN / targets.STAGES
+    stages.write_text("suite a\t300\t0\nsuite b\t400\t0\n")
+    got = _verdicts(load_results(tmp_path))
+    assert got["run_all_quick"] == (pytest.approx(700 / 60), targets.NOT_MET)
+    assert got["run_all_full"][1] == targets.NOT_MEASURED
+    stages.write_text("suite a\t100\t0\nsuite b\t200\t1\n")
+    assert _verdicts(load_results(tmp_path))["run_all_quick"] == (pytest.approx(5.0), targets.NOT_MET)
+    stages.write_text("suite a\t100\t0\n")
+    assert _verdicts(load_results(tmp_path))["run_all_quick"][1] == targets.MET
+
+
+def test_every_target_is_listed_in_the_design_and_a_bad_comparison_is_refused():
+    from pathlib import Path
+
+    from plots import targets
+    design = Path(__file__).resolve().parents[1] / "docs" / "design.md"
+    section = design.read_text().split("## 7.")[1].split("\n## ")[0]
+    assert [t.id for t in targets.TARGETS if f"`{t.id}`" not in section] == []
+    assert set(targets.BY_ID) == {t.id for t in targets.TARGETS}
+    with pytest.raises(ValueError, match="op '=='"):
+        targets.Target("x", "x", "x", "x", "==", 1.0, "x", lambda r: None, "x")
