@@ -211,6 +211,8 @@ def targets_table(res: Results) -> list[str]:
         if verdict == targets.NOT_MEASURED:
             how.append(f"`{t.command}` writes them")
         bound = fmt(t.bound, t.unit)
+        if float(f"{t.bound:.3g}") != t.bound:                  # a bound the display would round: exact digits
+            bound = f"{t.bound:g}{UNIT[t.unit]}"
         value = ours_text(m, t.unit)
         if m.measured and fmt(m.value, t.unit) == bound:      # the digits that decide the verdict
             value = f"{m.value:.5g}{UNIT[t.unit]}"
