@@ -105,7 +105,8 @@ def _capture(path, static: Workload):
 Phase = Callable[[str], ContextManager]     # phase(name) brackets a part of a measurement (see check_and_time)
 
 
-def _untimed(name: str) -> ContextManager:
+def untimed(name: str, shared: str | None = None) -> ContextManager:
+    """A phase clock that times nothing (a measurement's phases where no caller books them)."""
     return contextlib.nullcontext()
 
 
@@ -116,7 +117,7 @@ def check_and_time(path, wl: Workload, ref: torch.Tensor, tolerance: float = DEF
     each part -- "capture" (prepare, the warm-up calls that compile and autotune, the graph capture), "gate" (the
     gated run and its comparison), "timing" -- so a caller can book where a cell's time goes
     (sweeps.context.RunContext.phase); the work inside the brackets is the same without them."""
-    phase = phase or _untimed
+    phase = phase or untimed
     on_gpu = wl.device.type == "cuda"
     if on_gpu and getattr(path, "capturable", True):
         with phase("capture"):
@@ -180,7 +181,7 @@ def check_and_time_steps(path, wl: Workload, ref: torch.Tensor, tolerance: float
     from artifact.paths import StepperPath
     if not isinstance(path, StepperPath) or not getattr(path, "capturable", True):
         raise ValueError(f"{path.name}: per-step timing needs a capturable StepperPath")
-    phase = phase or _untimed
+    phase = phase or untimed
     on_gpu = wl.device.type == "cuda"
     with phase("capture"):
         static = scramble_(wl.clone()) if on_gpu else wl

@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import abc
 import functools
-import importlib
 import operator
 
 import torch
 
 from artifact.cost import Algorithm
-from artifact.registry import PATHS  # noqa: F401 - get_path's table, and where callers find it
+from artifact.registry import PATHS, load_object  # noqa: F401 - PATHS: get_path's table, and where callers find it
 
 
 class DecodePath(abc.ABC):
@@ -246,8 +245,7 @@ def get_path(name: str) -> DecodePath:
     """A fresh instance of the named path (an UnavailablePath if its module will not import)."""
     if name not in PATHS:
         raise ValueError(f"unknown path {name!r}; registered: {', '.join(PATHS)}")
-    module, cls = PATHS[name].split(":")
     try:
-        return getattr(importlib.import_module(module), cls)()
+        return load_object(PATHS[name])()
     except (ImportError, AttributeError) as e:
         return UnavailablePath(name, f"{name}: cannot load {PATHS[name]}: {type(e).__name__}: {e}")

@@ -1,6 +1,7 @@
 """The one registry of paths (docs/design.md §4): each path's name and the class that runs it. Plain data, no
 torch, so the reporting stage (plots/) and the merge read it without loading a kernel; artifact.paths.get_path
 imports a path's module on first use."""
+import importlib
 
 # name -> "module:Class". The only place a path is registered; modules are imported on first use, so a
 # path whose framework is missing still lists, and reports the reason through supports().
@@ -35,3 +36,9 @@ DECODE_KERNELS: dict[str, str] = {
     "merge_own_kv": "kernels.model_ops:merge_own_kv",
     "gated_norm": "kernels.model_ops:gated_norm",
 }
+
+
+def load_object(target: str):
+    """The object a "module:name" entry of these tables (and of sweeps.runners') names, its module imported now."""
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)

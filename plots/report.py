@@ -216,12 +216,12 @@ def targets_table(res: Results) -> list[str]:
         value = ours_text(m, t.unit)
         if m.measured and fmt(m.value, t.unit) == bound:      # the digits that decide the verdict
             value = f"{m.value:.5g}{UNIT[t.unit]}"
-        rows.append([f"`{t.id}`", t.what, f"{t.op} {bound}".replace("<=", "≤").replace(">=", "≥"), value, f"**{verdict}**" if verdict == targets.NOT_MET else verdict, t.set_in,
+        rows.append([f"`{t.id}`", t.what, f"{t.op} {bound}".replace("<=", "≤").replace(">=", "≥"), value, f"**{verdict}**" if verdict == targets.NOT_MET else verdict,
                      "; ".join(how)])
     return [f"Beyond the paper, the project holds itself to these bounds (docs/design.md §7; computed by "
             f"`plots/targets.py` from the same rows and code as the sections above): {counts[targets.MET]} met, "
             f"{counts[targets.NOT_MET]} not met, {counts[targets.NOT_MEASURED]} {NOT_MEASURED}.", "",
-            *_table(["id", "target", "bound", "measured", "verdict", "set in", "source rows; how"], rows)]
+            *_table(["id", "target", "bound", "measured", "verdict", "source rows; how"], rows)]
 
 
 # ---------------------------------------------------------------- Fig 6's native framework reference

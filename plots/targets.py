@@ -45,7 +45,6 @@ COMPONENT_RATIO, COMPONENT_SLACK_MS = 1.5, 0.020    # a component meets its boun
 class Target:
     id: str
     what: str
-    set_in: str                         # the issue or document that sets it
     source: str                         # the result rows it reads
     op: str                             # OPS key: value <op> bound meets it
     bound: float
@@ -231,57 +230,47 @@ _DEPTH = f"results/{fig_beam_scaling.SUITE}.csv, OneLA, R=4 W=512 qwen3_5_0_8b, 
 
 TARGETS: list[Target] = [
     Target("fig6_index", "Fig 6: OneLA over Controlled FullState, index mode, at every point (smallest)",
-           "issue 51", _FIG6, ">=", 3.0, "x", _paper_key("fig6.speedup_vs_controlled.min", True), FIG6_COMMAND),
+           _FIG6, ">=", 3.0, "x", _paper_key("fig6.speedup_vs_controlled.min", True), FIG6_COMMAND),
     Target("fig6_paper", "Fig 6: OneLA over Controlled FullState, paper mode, at every point (smallest)",
-           "issue 51", _FIG6, ">=", 5.0, "x", _paper_key("fig6.speedup_vs_controlled.min"), FIG6_COMMAND),
+           _FIG6, ">=", 5.0, "x", _paper_key("fig6.speedup_vs_controlled.min"), FIG6_COMMAND),
     Target("fig6_controlled_vllm_paper", "Fig 6: Controlled FullState's distance to vLLM FullState, paper mode "
-           "(largest)", "docs/design.md §7", _FIG6, "<=", 10.0, "%", _paper_key("fig6.controlled_vs_vllm.max"),
+           "(largest)", _FIG6, "<=", 10.0, "%", _paper_key("fig6.controlled_vs_vllm.max"),
            FIG6_COMMAND),
     Target("fig6_controlled_vllm_index", "Fig 6: Controlled FullState's distance to vLLM FullState, index mode "
-           "(largest)", "docs/design.md §7", _FIG6, "<=", 10.0, "%",
+           "(largest)", _FIG6, "<=", 10.0, "%",
            _paper_key("fig6.controlled_vs_vllm.max", True), FIG6_COMMAND),
-    Target("decode_call_floor", "OneLA's decode call / its floor at the Fig 6 cells (largest)", "issue 51",
-           f"{_BREAKDOWN}, `total` rows", "<=", 1.25, "x", decode_call_over_floor, BREAKDOWN_COMMAND),
+    Target("decode_call_floor", "OneLA's decode call / its floor at the Fig 6 cells (largest)", f"{_BREAKDOWN}, `total` rows", "<=", 1.25, "x", decode_call_over_floor, BREAKDOWN_COMMAND),
     Target("component_floor", "every decode-call component above max(1.5x its floor, floor + 20 us) by at most "
-           "(largest excess)", "issue 51", f"{_BREAKDOWN}, components with a floor", "<=", 0.0, "ms",
+           "(largest excess)", f"{_BREAKDOWN}, components with a floor", "<=", 0.0, "ms",
            component_excess, BREAKDOWN_COMMAND),
-    Target("idle", "graph idle time per decode call (largest)", "issue 51", f"{_BREAKDOWN}, `idle` rows", "<=",
+    Target("idle", "graph idle time per decode call (largest)", f"{_BREAKDOWN}, `idle` rows", "<=",
            0.050, "ms", idle_per_call, BREAKDOWN_COMMAND),
-    Target("kernel_r4_o3", "OneLA kernel time at R=4 W=512 O=3 (Qwen3.5-0.8B)", "docs/design.md §7",
-           "results/recurrent_path.csv", "<=", 0.038, "ms", _paper_key("fig8a.latency.onela.O3"), RECURRENT_COMMAND),
-    Target("kernel_r4_o7", "OneLA kernel time at R=4 W=512 O=7 (Qwen3.5-0.8B)", "docs/design.md §7",
-           "results/recurrent_path.csv", "<=", 0.17, "ms", _paper_key("fig8a.latency.onela.O7"), RECURRENT_COMMAND),
-    Target("kernel_r16_o3", "OneLA kernel time at R=16 W=512 O=3 (Qwen3.5-0.8B)", "docs/design.md §7",
-           "results/operator.csv", "<=", 0.15, "ms", _paper_key("fig7a.onela_largest_qwen.O3"), OPERATOR_COMMAND),
-    Target("kernel_r16_o7", "OneLA kernel time at R=16 W=512 O=7 (Qwen3.5-0.8B)", "docs/design.md §7",
-           "results/operator.csv", "<=", 0.69, "ms", _paper_key("fig7a.onela_largest_qwen.O7"), OPERATOR_COMMAND),
-    Target("step_floor", "OneLA's per-step latency / its per-step floor at every step 0..30 (largest)", "issue 50",
-           _STEPS, "<=", 2.0, "x", step_over_floor, BEAM_COMMAND),
-    Target("step8", "OneLA's step 8 / step 7", "issue 50", _STEPS, "<=", 1.15, "x", step8_over_step7, BEAM_COMMAND),
+    Target("kernel_r4_o3", "OneLA kernel time at R=4 W=512 O=3 (Qwen3.5-0.8B)", "results/recurrent_path.csv", "<=", 0.038, "ms", _paper_key("fig8a.latency.onela.O3"), RECURRENT_COMMAND),
+    Target("kernel_r4_o7", "OneLA kernel time at R=4 W=512 O=7 (Qwen3.5-0.8B)", "results/recurrent_path.csv", "<=", 0.17, "ms", _paper_key("fig8a.latency.onela.O7"), RECURRENT_COMMAND),
+    Target("kernel_r16_o3", "OneLA kernel time at R=16 W=512 O=3 (Qwen3.5-0.8B)", "results/operator.csv", "<=", 0.15, "ms", _paper_key("fig7a.onela_largest_qwen.O3"), OPERATOR_COMMAND),
+    Target("kernel_r16_o7", "OneLA kernel time at R=16 W=512 O=7 (Qwen3.5-0.8B)", "results/operator.csv", "<=", 0.69, "ms", _paper_key("fig7a.onela_largest_qwen.O7"), OPERATOR_COMMAND),
+    Target("step_floor", "OneLA's per-step latency / its per-step floor at every step 0..30 (largest)", _STEPS, "<=", 2.0, "x", step_over_floor, BEAM_COMMAND),
+    Target("step8", "OneLA's step 8 / step 7", _STEPS, "<=", 1.15, "x", step8_over_step7, BEAM_COMMAND),
     Target("cumulative_floor", f"OneLA's whole-decode latency / its floor at every T <= {DEPTH_T_MAX} (largest)",
-           "issue 50", _DEPTH, "<=", 1.6, "x", cumulative_over_floor, BEAM_COMMAND),
+           _DEPTH, "<=", 1.6, "x", cumulative_over_floor, BEAM_COMMAND),
     Target("depth_vs_fullstate", "the fastest FullState path / OneLA at every measured depth, per step and "
-           "cumulative, every lineage (smallest)", "issue 50",
-           f"results/{fig_beam_scaling.SUITE}.csv and {fig_beam_scaling.STEPS_CSV}", ">", 1.0, "x",
+           "cumulative, every lineage (smallest)", f"results/{fig_beam_scaling.SUITE}.csv and {fig_beam_scaling.STEPS_CSV}", ">", 1.0, "x",
            fullstate_over_onela, BEAM_COMMAND),
     Target("k256_floor", f"OneLA's median latency / floor_ms over the K = {K_WIDE} geometries' operator shapes",
-           "issue 50", "results/operator.csv, OneLA", "<=", 1.6, "x",
+           "results/operator.csv, OneLA", "<=", 1.6, "x",
            lambda res: median_over_floor(res, "floor_ms", _k_wide_geometries(res)), OPERATOR_COMMAND),
     Target("launch_floor", "OneLA's median latency / launch_floor_ms over every operator shape (no regression from "
-           "the 1.32 the issue states at two decimals)", "issue 50",
-           "results/operator.csv, OneLA", "<=", 1.325, "x",
+           "the committed kernels' 1.32, at two decimals)", "results/operator.csv, OneLA", "<=", 1.325, "x",
            lambda res: median_over_floor(res, "launch_floor_ms", None), OPERATOR_COMMAND),
     Target("hf_prefill", "OneLA inside transformers over stock generate, prefill (smallest over the Fig 6 cells)",
-           "issue 53", "results/hf_generate.csv and hf_generate_times.csv", ">=", 50.0, "x",
+           "results/hf_generate.csv and hf_generate_times.csv", ">=", 50.0, "x",
            _native("hf_prefill_x", "prefill GPU time, same run"), NATIVE_COMMAND),
     Target("hf_decode_wall", "OneLA inside transformers over stock generate, wall time per decode call (smallest "
-           "over the Fig 6 cells)", "issue 53", "results/hf_generate.csv and hf_generate_times.csv", ">=", 5.0, "x",
+           "over the Fig 6 cells)", "results/hf_generate.csv and hf_generate_times.csv", ">=", 5.0, "x",
            _native("hf_wall_x", "wall time per decode call, same run"), NATIVE_COMMAND),
-    Target("run_all_quick", "`./run_all.sh quick` on one H200, stage times summed", "README.md",
-           f"results/{QUICK_RUN}/{STAGES}", "<=", 10.0, "min", lambda res: run_minutes(res, QUICK_RUN),
+    Target("run_all_quick", "`./run_all.sh quick` on one H200, stage times summed", f"results/{QUICK_RUN}/{STAGES}", "<=", 10.0, "min", lambda res: run_minutes(res, QUICK_RUN),
            "./run_all.sh quick"),
-    Target("run_all_full", "`./run_all.sh` on one H200 from a clean clone, stage times summed", "issue 55",
-           f"results/{FULL_RUN}/{STAGES} (a full run's folder, outputs/reproduce/<stamp>/, committed)", "<=", 30.0,
+    Target("run_all_full", "`./run_all.sh` on one H200 from a clean clone, stage times summed", f"results/{FULL_RUN}/{STAGES} (a full run's folder, outputs/reproduce/<stamp>/, committed)", "<=", 30.0,
            "min", lambda res: run_minutes(res, FULL_RUN), "./run_all.sh"),
 ]
 BY_ID = {t.id: t for t in TARGETS}

@@ -26,6 +26,7 @@ from typing import Callable, ContextManager
 
 import torch
 
+from artifact.measure import untimed
 from artifact.results import PHASES
 
 ROW = ""          # the owner of a phase booked to the path of the next row the runner yields
@@ -112,11 +113,6 @@ def phase_clock(ctx) -> Callable[..., ContextManager]:
     """`ctx.phase` of a RunContext; for another context (a tool's namespace of timer settings) a clock that
     times nothing."""
     return getattr(ctx, "phase", None) or untimed
-
-
-def untimed(name: str, shared: str | None = None) -> ContextManager:
-    """A phase clock that times nothing (phase_clock's for a context without one)."""
-    return contextlib.nullcontext()
 
 
 def shape_label(cell: dict) -> str:

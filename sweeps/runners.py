@@ -6,8 +6,9 @@ only when a suite uses them, so a missing module fails that suite alone, with th
 """
 from __future__ import annotations
 
-import importlib
 from typing import Callable
+
+from artifact.registry import load_object
 
 RUNNERS: dict[str, str] = {
     "operator": "sweeps.suites.operator:run_cells",        # operator, recurrent_path, smoke
@@ -34,18 +35,11 @@ class RunnerUnavailable(RuntimeError):
     """The runner's module or function cannot be loaded."""
 
 
-def load_object(target: str):
-    """The object a "module:name" entry of these tables names."""
-    module, name = target.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def load_runner(name: str) -> Callable:
     if name not in RUNNERS:
         raise ValueError(f"unknown runner {name!r}; known: {', '.join(RUNNERS)}")
-    module, func = RUNNERS[name].split(":")
     try:
-        return getattr(importlib.import_module(module), func)
+        return load_object(RUNNERS[name])
     except (ImportError, AttributeError) as e:
         raise RunnerUnavailable(f"runner {name!r} ({RUNNERS[name]}) cannot be loaded: "
                                 f"{type(e).__name__}: {e}") from e

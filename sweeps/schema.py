@@ -11,7 +11,6 @@ whose keys are the selection. Suites pick their default selection with `override
 """
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
@@ -19,7 +18,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, OmegaConf
 
 from artifact.measure import DEFAULT_TOLERANCE
-from artifact.registry import PATHS
+from artifact.registry import PATHS, load_object
 from artifact.workload import GEOMETRIES
 from sweeps.runners import RUNNER_SETTINGS
 
@@ -125,9 +124,8 @@ class SweepConfig:
 def runner_settings(runner: str):
     """The runner's settings dataclass as a typed config node; {} if its module cannot be imported (that
     suite then fails, naming the import error, when the sweep loads its runner)."""
-    module, name = RUNNER_SETTINGS[runner].split(":")
     try:
-        return OmegaConf.structured(getattr(importlib.import_module(module), name))
+        return OmegaConf.structured(load_object(RUNNER_SETTINGS[runner]))
     except Exception:  # noqa: BLE001 - reported later by load_runner, for that suite only
         return {}
 

@@ -8,7 +8,6 @@ the shapes whose index in that order is i mod n.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import math
 import re
 import typing
@@ -19,6 +18,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from artifact.paths import PATHS
+from artifact.registry import load_object
 from artifact.results import COLUMNS, config_hash
 from artifact.workload import GEOMETRIES, KNOWN_LINEAGES, Geometry, default_prompt_len
 
@@ -106,9 +106,8 @@ def _schema_of(name: str, hint):
     if hint is typing.Any:                       # a runner's settings section (sweeps.runners.RUNNER_SETTINGS)
         from sweeps.runners import RUNNER_SETTINGS
         if name in RUNNER_SETTINGS:
-            module, cls = RUNNER_SETTINGS[name].split(":")
             try:
-                return getattr(importlib.import_module(module), cls)
+                return load_object(RUNNER_SETTINGS[name])
             except Exception:  # noqa: BLE001 - that suite then fails when its runner loads, naming the error
                 return None
     return None
@@ -219,7 +218,7 @@ def validate(cfg: DictConfig) -> SweepSpec:
 def _runner_settings(cfg: DictConfig) -> dict:
     """The suite's runner's own section (sweeps.runners.RUNNER_SETTINGS) as plain values, checked by its settings
     class's `check_values()` where it has one ({} for a runner without settings)."""
-    from sweeps.runners import RUNNER_SETTINGS, load_object
+    from sweeps.runners import RUNNER_SETTINGS
     runner = cfg.suite.runner
     section = cfg.get(runner) if runner in RUNNER_SETTINGS else None
     if not isinstance(section, DictConfig):
@@ -265,7 +264,7 @@ def shape_cells(spec: SweepSpec, device: torch.device) -> list[list[dict]]:
                         prompt_len = default_prompt_len(device) if pl is None else pl
                         shapes.append([make_cell(spec, path, geo_name, geo, R, W, T, prompt_len)
                                        for path in spec.paths])
-    from sweeps.runners import RUNNER_SHAPES, load_object
+    from sweeps.runners import RUNNER_SHAPES
     if spec.runner in RUNNER_SHAPES:
         seen = {c["config_hash"] for cells in shapes for c in cells}
         for cells in load_object(RUNNER_SHAPES[spec.runner])(spec, device):

@@ -739,4 +739,4 @@ def test_every_target_is_listed_in_the_design_and_a_bad_comparison_is_refused():
     assert [t.id for t in targets.TARGETS if f"`{t.id}`" not in section] == []
     assert set(targets.BY_ID) == {t.id for t in targets.TARGETS}
     with pytest.raises(ValueError, match="op '=='"):
-        targets.Target("x", "x", "x", "x", "==", 1.0, "x", lambda r: None, "x")
+        targets.Target("x", "x", "x", "==", 1.0, "x", lambda r: None, "x")

@@ -22,14 +22,12 @@ implementation and the kernel's oracle in the tests.
 """
 from __future__ import annotations
 
-import importlib
-
 import torch
 
 from artifact.model.attention import merge_own_kv
 from artifact.model.beam_state import window
 from artifact.model.layers import apply_rotary, causal_conv_step, gated_rms_norm, gdn_gates, rms_norm, swiglu_hidden
-from artifact.registry import DECODE_KERNELS
+from artifact.registry import DECODE_KERNELS, load_object
 
 
 def norm_proj(x, ln, w, eps: float):
@@ -103,8 +101,7 @@ def decode_kernel(name: str):
     """Our kernel registered for the block `name` (artifact.registry.DECODE_KERNELS), imported on first use."""
     if name not in DECODE_KERNELS:
         raise ValueError(f"no kernel is registered for the block {name!r}; registered: {', '.join(DECODE_KERNELS)}")
-    module, fn = DECODE_KERNELS[name].split(":")
-    return getattr(importlib.import_module(module), fn)
+    return load_object(DECODE_KERNELS[name])
 
 
 class DecodeOps:

@@ -45,7 +45,8 @@ import tempfile
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 
-from sweeps.context import phase_clock, untimed
+from artifact.measure import untimed
+from sweeps.context import phase_clock
 
 # The counters the child collects, and the name of its L2 drain kernel (`traffic_child._l2_read_kernel`), by which
 # the runner tells the drain from the run's kernels. Defined here, not in the child: this module is imported with
