@@ -238,13 +238,14 @@ def test_conv_gates_kernel_compiles_for_hopper_with_128_bit_rows():
 @pytest.mark.parametrize("mode", ["ancestry", "copy"])
 def test_gpu_conv_gates_kernel_equals_the_block_at_the_fig6_shape(mode):
     """R=4, W=256 at Qwen3.5-0.8B's conv (C = 6,144, HV = 16, width 4), bf16, T = 4 steps: the kernel against the
-    block, eager and torch.compile'd (what it replaces); prints each step's device time of both."""
+    block, eager and torch.compile'd (what it replaces); prints each step's device time of both. A decoder on the
+    GPU runs every registered kernel, this one among them."""
     from triton.testing import do_bench
     from artifact.model.config import QWEN3_5_0_8B as cfg
     R, W, T, C, HV, width = 4, 256, 4, cfg.conv_dim, cfg.linear_num_value_heads, cfg.linear_conv_kernel_dim
     dev, dt = "cuda", torch.bfloat16
-    assert BeamDecoder(HybridModel.random(TINY, seed=0, device=dev), "reference_fullstate", 1, 2, 1,
-                       1).ops.kernels == ("conv_gates",)
+    ops = BeamDecoder(HybridModel.random(TINY, seed=0, device=dev), "reference_fullstate", 1, 2, 1, 1).ops
+    assert ops.kernels == tuple(DECODE_KERNELS) and "conv_gates" in ops.kernels
     torch.manual_seed(0)
     compiled = torch.compile(conv_gates, fullgraph=True, dynamic=False, options={"assert_indirect_indexing": False})
     tail = torch.randn(R, width - 1, C, device=dev).to(dt)
@@ -541,7 +542,10 @@ def _fig6_attn(dt, seed=0):
 def test_gpu_attn_pre_and_merge_kernels_equal_the_blocks_at_the_fig6_shape():
     """R=4, W=256, Qwen3.5-0.8B's attention (8 q / 2 kv heads of 256, rotary 64), bf16: attn_pre and the merge
     (T = 4 steps of ancestry-mode own KV, with the gate) against the blocks eager and torch.compile'd (what they
-    replace); prints each one's device time per layer."""
+    replace); prints each one's device time per layer. The merge kernel rounds the merged o to bf16 before the
+    gate, as the eager block does, and is held to the eager block's elements; the compiled block fuses that
+    rounding away (and may sum in another order), so it is held to the row's largest magnitude (it is here for
+    its time, not under test)."""
     from triton.testing import do_bench
     dt, dev = torch.bfloat16, "cuda"
     cfg, R, W, q, gate, k, v = _fig6_attn(dt)
@@ -574,10 +578,13 @@ def test_gpu_attn_pre_and_merge_kernels_equal_the_blocks_at_the_fig6_shape():
         lse = (3 * torch.randn(R, nkv, W * G, generator=gen, device=dev)).reshape(R, nkv, W, G).permute(0, 2, 1, 3)
         margs = (o_p.permute(0, 2, 1, 3, 4), lse, qg, *own, D ** -0.5, dt, gate)
         want = (merge_own_kv(*margs[:-2]).to(dt).float() * torch.sigmoid(gate.float())).to(dt).float()
-        for name, fn in (("compiled block", compiled["merge_own_kv"]), ("kernel", model_ops.merge_own_kv)):
+        row = want.abs().amax(-1, keepdim=True)
+        # one ulp of the merged o where its rounding before the gate flips, then the gated value's rounding: of each
+        # element for the kernel, of the row's largest one for the compiled block
+        for name, fn, magnitude in (("kernel", model_ops.merge_own_kv, want.abs()),
+                                    ("compiled block", compiled["merge_own_kv"], row)):
             got = fn(*margs).float()
-            # one ulp of the merged o where its rounding before the gate flips, then the gated value's rounding
-            assert ((got - want).abs() <= 3 * BF16_ULP * want.abs()).all(), (name, t)
+            assert ((got - want).abs() <= 3 * BF16_ULP * magnitude).all(), (name, t)
             us = do_bench(lambda: fn(*margs), warmup=5, rep=50) * 1e3
             print(f"merge step {t} {name}: {us:.1f} us per layer")
 

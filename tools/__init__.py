@@ -21,7 +21,7 @@ import sys
 
 def launch_config_arg(text: str) -> dict:
     """The argparse type of a tool's `--config`: a OneLA launch config override, a JSON object whose keys are
-    `kernels.onela.CONFIG_KEYS` (an ArgumentTypeError naming a bad key or value, or the text that is not JSON)."""
+    `kernels.onela.CONFIG_KEYS` (an ArgumentTypeError naming the bad keys, or the text that is not JSON)."""
     from kernels.onela.plan import config_error
     try:
         cfg = json.loads(text)

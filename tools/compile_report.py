@@ -31,7 +31,7 @@ from kernels.onela.ws import BB_TILE, KC_TILE, VC_TILE
 from tools import launch_config_arg
 
 # Types of the runtime (non-constexpr) arguments, by name; a tuple argument's elements in order. "i32": an int,
-# marked 16-divisible unless named in _NOT_DIV16 (T_CAP, and the deep prep kernel's step, which its launcher
+# marked 16-divisible unless named in _NOT_DIV16 (T_CAP, and the pipelined prep kernel's step, which its launcher
 # never specialises; strides and sizes are multiples of 16 in the shapes compiled here, as the launcher would
 # specialise them).
 _BF16, _F32, _I32 = "*bf16", "*fp32", "*i32"

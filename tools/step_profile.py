@@ -3,9 +3,9 @@
 
 Decodes once (compiles every step's kernels), gates the outputs against FP32 FullState, then runs `--reps` more
 eager decodes under torch's profiler and reads each launch's kernel time from CUPTI. A step's launches are the
-plan's (`kernels.onela.plan.step_launches`: "ws", "prep", "prep_deep", "prep_pipe", "main"), so the i-th OneLA
-kernel of a decode is named by its step and role. Writes DIR/step_profile.csv (one row per step and kernel: the
-median over the decodes, microseconds) beside an env record, and prints the per-step totals. The kernels run
+plan's (`kernels.onela.plan.step_launches`: "ws", "prep", "prep_pipe", "main"), so the i-th OneLA kernel of a
+decode is named by its step and role. Writes DIR/step_profile.csv (one row per step and kernel: the median over
+the decodes, microseconds) beside an env record, and prints the per-step totals. The kernels run
 back to back in eager mode, so a step's total is the sum of its kernels' times, without the launch gaps a CUDA
 graph also removes; `sweeps.suites.beam_scaling` times the steps as graphs.
 """

@@ -6,20 +6,19 @@
 - `launch_config`, `step_launches` (plan.py): which kernels a step launches, with which tiles.
 - `onela_generate` (transformers.py, imported on its own: it needs transformers): transformers' own beam search
   with the GDN decode through `OneLA`.
-- the kernels: `triton_kernels.py` (prep, deep-step prep + main, Triton), `ws.py` (warp-specialised, Gluon, Hopper),
-  `records.py` (the record layout every kernel indexes).
+- the kernels: `triton_kernels.py` (prep, pipelined deep-step prep + main, Triton), `ws.py` (warp-specialised,
+  Gluon, Hopper), `records.py` (the record layout every kernel indexes).
 """
 from kernels.onela.naive import onela_naive
 from kernels.onela.op import OneLA
 from kernels.onela.plan import CONFIG_KEYS, launch_config, step_launches
 from kernels.onela.stepper import OneLAPath, OneLAStepper
-from kernels.onela.triton_kernels import (onela_main_kernel, onela_prep_deep_kernel, onela_prep_kernel,
-                                          onela_prep_pipe_kernel)
+from kernels.onela.triton_kernels import onela_main_kernel, onela_prep_kernel, onela_prep_pipe_kernel
 from kernels.onela.ws import onela_ws_kernel, ws_layout_supports, ws_shape_supports
 
 # Kernel name in a launch plan -> its JIT function (what `tools.compile_report` compiles).
-KERNELS = {"prep": onela_prep_kernel, "prep_deep": onela_prep_deep_kernel, "prep_pipe": onela_prep_pipe_kernel,
-           "main": onela_main_kernel, "ws": onela_ws_kernel}
+KERNELS = {"prep": onela_prep_kernel, "prep_pipe": onela_prep_pipe_kernel, "main": onela_main_kernel,
+           "ws": onela_ws_kernel}
 
 __all__ = ["OneLA", "onela_naive", "OneLAStepper", "OneLAPath", "launch_config", "step_launches", "CONFIG_KEYS",
            "KERNELS", "ws_shape_supports", "ws_layout_supports"]

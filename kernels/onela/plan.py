@@ -21,27 +21,20 @@ _PREP_BEAMS = 16         # prep kernel's beam tile: wider tiles spill its [BB, K
 _PREP_WARPS = 4
 _MAX_BEAM_ITERS = 8      # beam tiles one main-kernel program runs, at most
 
-# The prep kernel unrolls step x group depth columns (`onela_prep_kernel`) and holds every depth in one [BB, TP]
-# tile: its code and compile time grow with step x group, its registers with TP (sm_90a compiles of one step at
-# K = 128: 1.4 s at step 8; 4.6 s and no spill at step 16 (TP 16); 7.7 s and a 104-byte spill at step 20 (TP 32);
-# 18.5 s at step 31; 8.6 s at step 8 of an 8-head group). Past step _PREP_UNROLL_STEPS or past _PREP_UNROLL_MAX
-# columns the depth-tiled kernel runs instead -- one compile for every deep step (2.4 s at K = 128, 14 s for an
-# 8-head group) -- which leaves every step of the suites' shapes (T <= 6, G <= 4: at most 20 columns) and the
-# depth sweep's steps up to 16 in the unrolled form.
+# The one-tile prep kernel unrolls step x group depth columns (`onela_prep_kernel`) and holds every depth in one
+# [BB, TP] tile: its code and compile time grow with step x group, its registers with TP (sm_90a compiles of one
+# step at K = 128: 1.4 s at step 8; 4.6 s and no spill at step 16 (TP 16); 7.7 s and a 104-byte spill at step 20
+# (TP 32); 18.5 s at step 31; 8.6 s at step 8 of an 8-head group). Past step _PREP_UNROLL_STEPS or past
+# _PREP_UNROLL_MAX columns it is never launched (`prep_is_deep`): the pipelined kernel takes those steps, one
+# compile for every deep step.
 _PREP_UNROLL_STEPS = 16
 _PREP_UNROLL_MAX = 20
-# The depth-tiled kernel's tile: the widest that compiles for sm_90a without spills (8 at K <= 128, 4 at K = 256:
-# 242 and 245 registers; K = 512 spills 208 bytes, an 8-head group 8), given registers up to maxnreg: ptxas left
-# to itself holds the kernel to 128-168 registers and spills a few values.
-_DEPTH_TILE = 8
-_DEPTH_TILE_WIDE_K = 4       # K > 128: the q, k rows and each gathered k-hat row take twice the registers
-_PREP_DEEP_MAXNREG = 255
 # The pipelined prep kernel (`onela_prep_pipe_kernel`): beam tiles of _PIPE_BEAMS at K <= 128 and _PIPE_BEAMS x 128 / KP
 # above (its q, k rows take registers in proportion to K), the depths a software-pipelined loop of _PIPE_STAGES
 # stages (each depth's gathers in flight while earlier depths are consumed; its k-hat rows wait in shared memory,
 # not in registers), at most _PIPE_MAXNREG registers: 4 programs of 4 warps per SM. sm_90a spills 16 bytes outside
 # the loop (64 bytes, 6 local loads per depth, at G = 2). It takes every step from _PIPE_FROM_STEP on (past the
-# warp-specialised one-launch kernel's deepest step) and the steps `prep_is_deep` gives the depth-tiled kernel;
+# warp-specialised one-launch kernel's deepest step) and the steps `prep_is_deep` keeps from the one-tile kernel;
 # shallower steps keep the one-tile kernel.
 _PIPE_BEAMS = 32
 _PIPE_WARPS = 4
@@ -75,22 +68,14 @@ def shape_supports(T: int, R: int = 1, W: int = 1, HV: int = 1, on_gpu: bool = T
 
 # The keys a caller may set (tests, tools): the tiles of the same kernels on small shapes, programmatic
 # dependent launch off, or the Triton kernels where the warp-specialised one would run.
-CONFIG_KEYS = ("BB", "BV", "BK", "beam_iters", "pdl", "ws", "prep_deep")
-# Values of "prep_deep": which kernel does the prep work of deep steps -- "pipe" (`onela_prep_pipe_kernel`, the
-# depths a pipelined loop) or "tiles" (`onela_prep_deep_kernel` past the one-tile kernel's unroll limit, the depths
-# in tiles of columns). Both stay selectable until the GPU A/B of kernels/NOTES.md §6 ("The pipelined prep
-# kernel") decides between them.
-PREP_DEEP_FORMS = ("pipe", "tiles")
+CONFIG_KEYS = ("BB", "BV", "BK", "beam_iters", "pdl", "ws")
 
 
 def config_error(config: dict) -> str | None:
-    """Why `config` is no launch config override (None: it is one): a key outside CONFIG_KEYS or a prep_deep
-    outside PREP_DEEP_FORMS, named."""
+    """Why `config` is no launch config override (None: it is one): the keys outside CONFIG_KEYS, named."""
     unknown = sorted(set(config) - set(CONFIG_KEYS))
     if unknown:
         return f"unknown launch config key(s) {unknown}; known: {', '.join(CONFIG_KEYS)}"
-    if config.get("prep_deep", "pipe") not in PREP_DEEP_FORMS:
-        return f"launch config prep_deep={config['prep_deep']!r} unknown; known: {', '.join(PREP_DEEP_FORMS)}"
     return None
 
 
@@ -108,8 +93,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     projections otherwise; 0 launches plainly. s_lo: the u_q projection also takes S's bf16 lo plane at K > 128
     ("q"); at K <= 128 both projections take S rounded to bf16 ("none"); both stay within the error bound
     (docs/design.md §2). fuse_step0: step 0 is one main-kernel launch where the S tile spans K and a key head
-    has at most two value heads. prep_deep: the deep steps' prep kernel, "pipe" (`PREP_DEEP_FORMS`). ws: the
-    warp-specialised kernel where K is one of its WS_HEAD_DIMS (128, 256) and
+    has at most two value heads. ws: the warp-specialised kernel where K is one of its WS_HEAD_DIMS (128, 256) and
     V one of its WS_VALUE_DIMS (128, 256, 512) (it also needs Hopper, W a multiple of 64 and bf16 row inputs:
     checked per decode and per step)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
@@ -121,7 +105,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
         iters *= 2
     return {"BB": bb, "BV": bv, "BK": bk, "beam_iters": iters, "pdl": (2 if iters > 1 else 1) if pdl_ok else 0,
             "s_lo": "none" if K <= 128 else "q", "fuse_step0": bk == K and G <= 2,
-            "ws": K in WS_HEAD_DIMS and V in WS_VALUE_DIMS, "prep_deep": "pipe"}
+            "ws": K in WS_HEAD_DIMS and V in WS_VALUE_DIMS}
 
 
 def _largest_pow2_dividing(n: int, cap: int) -> int:
@@ -138,45 +122,40 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
     "main" (the Triton kernels; step 0 "main" alone under fuse_step0), or where `ws_ok` (the warp-specialised
     kernel takes this shape and these inputs) "ws" -- alone when it does the whole step, after "prep" otherwise.
     Steps `ws_runs_step` leaves out (past step 31; at K = 128 past step 5 after the prep kernel) run the Triton
-    kernels. The prep launch is "prep", or where `prep_is_deep` "prep_deep" (the depth-tiled kernel, the step a
-    run-time argument) -- or, under cfg["prep_deep"] == "pipe", "prep_pipe" there and from step
-    _PIPE_FROM_STEP on."""
+    kernels. The prep launch is "prep" (the one-tile kernel), or "prep_pipe" (the pipelined kernel, the step a
+    run-time argument) from step _PIPE_FROM_STEP on and where `prep_is_deep`."""
     pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
     if ws_ok and cfg["ws"] and not interpret and ws_runs_step(geo, t):     # the interpreter runs no Gluon
         fuse = ws_fuses_step(geo, t)
         grid, const, opts = ws_launch_params(geo, R, W, t, fuse, n_sm)
         ws = {"ws": (grid, const, {**opts, "launch_pdl": bool(pdl)})}
-        return ws if fuse else {**_prep_launch(cfg, geo, R, W, t, pdl, interpret), **ws}
+        return ws if fuse else {**_prep_launch(geo, R, W, t, pdl, interpret), **ws}
     iters = cfg["beam_iters"]
     key_axis = bool(cfg["fuse_step0"]) and t == 0 and cfg["BK"] == geo.k     # step 0 in one launch
     main = ((geo.v // cfg["BV"], triton.cdiv(W, cfg["BB"] * iters), R * geo.hv),
             dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"], BEAM_ITERS=iters,
                  QK_BF16=qk_bf16, UPCAST=interpret, PDL=pdl, S_LO=int(cfg["s_lo"] == "q"), KEY_AXIS=key_axis),
             {"num_warps": _WARPS, "num_stages": 1, "launch_pdl": bool(pdl)})
-    return {"main": main} if key_axis else {**_prep_launch(cfg, geo, R, W, t, pdl, interpret), "main": main}
+    return {"main": main} if key_axis else {**_prep_launch(geo, R, W, t, pdl, interpret), "main": main}
 
 
 def prep_is_deep(t: int, G: int) -> bool:
-    """Whether step t's prep work runs as the depth-tiled kernel (see _PREP_UNROLL_STEPS)."""
+    """Whether step t at a group of G value heads outgrows the one-tile prep kernel's unrolling (see
+    _PREP_UNROLL_STEPS): the pipelined kernel runs such a step whatever _PIPE_FROM_STEP is."""
     return t > _PREP_UNROLL_STEPS or t * G > _PREP_UNROLL_MAX
 
 
-def _prep_launch(cfg: dict, geo, R: int, W: int, t: int, pdl: int, interpret: bool) -> dict:
-    """{"prep": ...} (every depth one column of a [BB, TP] tile, TP the power of two >= t), {"prep_deep": ...}
-    (TP one depth tile's columns; the step is passed at launch) or {"prep_pipe": ...} (the depths a pipelined
-    loop; the step is passed at launch; the interpreter runs the plain loop)."""
-    grid = (triton.cdiv(W, _PREP_BEAMS), R * geo.hk)
+def _prep_launch(geo, R: int, W: int, t: int, pdl: int, interpret: bool) -> dict:
+    """{"prep": ...} (every depth one column of a [BB, TP] tile, TP the power of two >= t) or {"prep_pipe": ...}
+    (the depths a pipelined loop; the step is passed at launch; the interpreter runs the plain loop)."""
     kp = triton.next_power_of_2(geo.k)
     const = dict(K=geo.k, KP=kp, G=geo.group, BB=_PREP_BEAMS, PDL=pdl)
     opts = {"num_warps": _PREP_WARPS, "launch_pdl": bool(pdl)}
-    if cfg["prep_deep"] == "pipe" and (t >= _PIPE_FROM_STEP or prep_is_deep(t, geo.group)):
+    if t >= _PIPE_FROM_STEP or prep_is_deep(t, geo.group):
         bb = _PIPE_BEAMS * 128 // max(kp, 128)
         pipe = {**const, "BB": bb, "GP": triton.next_power_of_2(geo.group),
                 "STAGES": 0 if interpret else _PIPE_STAGES}
         return {"prep_pipe": ((triton.cdiv(W, bb), R * geo.hk), pipe,
                               {**opts, "num_warps": _PIPE_WARPS, "maxnreg": _PIPE_MAXNREG})}
-    if prep_is_deep(t, geo.group):
-        tp = _DEPTH_TILE if geo.k <= 128 else _DEPTH_TILE_WIDE_K
-        deep = {**const, "GP": triton.next_power_of_2(geo.group), "TP": tp}
-        return {"prep_deep": (grid, deep, {**opts, "maxnreg": _PREP_DEEP_MAXNREG})}
+    grid = (triton.cdiv(W, _PREP_BEAMS), R * geo.hk)
     return {"prep": (grid, {**const, "STEP": t, "TP": max(2, triton.next_power_of_2(t))}, opts)}

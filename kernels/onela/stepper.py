@@ -16,8 +16,7 @@ from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
 from kernels.checks import check_reset, check_step, kernel_supports
 from kernels.onela.plan import config_error, launch_config, shape_supports, step_launches
-from kernels.onela.triton_kernels import (onela_main_kernel, onela_prep_deep_kernel, onela_prep_kernel,
-                                          onela_prep_pipe_kernel)
+from kernels.onela.triton_kernels import onela_main_kernel, onela_prep_kernel, onela_prep_pipe_kernel
 from kernels.onela.ws import launch_ws, ws_layout_supports, ws_shape_supports
 
 
@@ -25,7 +24,7 @@ class OneLAStepper(Stepper):
     """Shared S_ctx + append-only GtrStore + [R, W, T] ancestry (two ping-pong tables); per step the
     warp-specialised kernel where it applies, else two Triton launches (key-axis prep, then the shared-context
     main kernel), and a small per-step coefficient workspace. `config` overrides keys of `launch_config`
-    (`kernels.onela.plan.CONFIG_KEYS`: tiles, pdl, ws, prep_deep) -- for tests and tools; the default is the adopted
+    (`kernels.onela.plan.CONFIG_KEYS`: tiles, pdl, ws) -- for tests and tools; the default is the adopted
     plan."""
 
     def __init__(self, geometry, R, W, T, device, config: dict | None = None):
@@ -75,9 +74,6 @@ class OneLAStepper(Stepper):
         if "prep" in launches:      # not at step 0 in one launch
             grid, const, opts = launches["prep"]
             self._note_kernel("prep", onela_prep_kernel[grid](*prep_args, **const, **opts))
-        elif "prep_deep" in launches:
-            grid, const, opts = launches["prep_deep"]
-            self._note_kernel("prep_deep", onela_prep_deep_kernel[grid](*prep_args, t, **const, **opts))
         elif "prep_pipe" in launches:
             grid, const, opts = launches["prep_pipe"]
             self._note_kernel("prep_pipe", onela_prep_pipe_kernel[grid](*prep_args, t, **const, **opts))

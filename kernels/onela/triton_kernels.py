@@ -12,15 +12,11 @@ where a key head has more than two value heads (`kernels/onela/plan.py`).
   suffix products of the ancestral alphas, as a small coefficient table. Every depth is one column of [BB, TP]
   tiles (TP the power of two >= the step), unrolled, once per value head of the group -- so its code, and its
   compile time, grow with step x group.
-- `onela_prep_deep_kernel`: the same outputs where step x group outgrows that unrolling
-  (`kernels.onela.plan.prep_is_deep`): the depth axis in tiles of TP columns (8, or 4 at K > 128) in a run-time
-  loop from the deepest tile down, each tile's coefficients written as it is done and the alpha product chain
-  carried from tile to tile in registers. The step is a run-time argument: one compile serves every deep step,
-  and the kernel's registers do not grow with the depth.
-- `onela_prep_pipe_kernel`: the same outputs again, for the deep steps under the launch config's prep_deep "pipe"
-  (`kernels.onela.plan`): the depths one at a time in a software-pipelined run-time loop, each depth's slot, k-hat
-  row and alphas gathered a few depths ahead of their use into shared memory, as the main kernel's replay gathers
-  its delta rows -- several depths' gathers in flight per program at one depth's registers.
+- `onela_prep_pipe_kernel`: the same outputs for steps from 8 on and for those that outgrow the one-tile
+  kernel's unrolling (step x group, `kernels.onela.plan.prep_is_deep`): the step a run-time argument (one compile
+  serves every deep step), the depths one at a time in a software-pipelined run-time loop, each depth's slot,
+  k-hat row and alphas gathered a few depths ahead of their use into shared memory, as the main kernel's replay
+  gathers its delta rows -- several depths' gathers in flight per program at one depth's registers.
 - `onela_main_kernel`, one program per (BV tile of V, BEAM_ITERS beam tiles, request x value head): loads the
   S_ctx[r, hv][BV, K] tile once and uses it for every beam tile it runs -- u_q = q S^T and u_k = k S^T on the
   tensor cores, bf16 q, k against S split into bf16 planes -- then replays the ancestral GTRs in closed form,
@@ -132,31 +128,6 @@ def _key_axis(q_ptr, k_ptr, par_ptr, anc_prev_ptr, khat_ptr, qk_row, r, hk, dims
 
 
 @triton.jit
-def _depth_tile(par, anc_prev_ptr, khat_ptr, qf, kf, inv_q, inv_k, j0, step, r, hk, dims, offs_b, mask_b,
-                K: tl.constexpr, KP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr):
-    """`_key_axis`'s ancestry and dots for the TP depths j0 .. j0 + TP - 1 (those < step): the slots
-    h_t(b, j) and k-hat_j . q-hat, k-hat_j . k-hat as [BB, TP] columns (zeros past step). q, k rows [BB, KP]
-    fp32, zero past K."""
-    R, W, HK, T_CAP = dims
-    offs_k = tl.arange(0, KP)
-    offs_t = tl.arange(0, TP)
-    kmask = _row_mask(mask_b, offs_k, K, KP)
-    slots = tl.zeros([BB, TP], dtype=tl.int32)
-    kqs = tl.zeros([BB, TP], dtype=tl.float32)
-    kks = tl.zeros([BB, TP], dtype=tl.float32)
-    for c in tl.static_range(TP):
-        j = j0 + c
-        slot = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + j, mask=mask_b & (j < step - 1), other=0)
-        slot = tl.where(j == step - 1, par, slot)
-        slots = tl.where(offs_t[None, :] == c, slot[:, None], slots)
-        k_j = tl.load(khat_ptr + record_row(j, r, hk, slot, R, HK, W).to(tl.int64)[:, None] * K + offs_k[None, :],
-                      mask=kmask & (j < step), other=0.0).to(tl.float32)
-        kqs = tl.where(offs_t[None, :] == c, (tl.sum(k_j * qf, axis=1) * inv_q)[:, None], kqs)
-        kks = tl.where(offs_t[None, :] == c, (tl.sum(k_j * kf, axis=1) * inv_k)[:, None], kks)
-    return slots, kqs, kks
-
-
-@triton.jit
 def _prep_program(W, HK, sq, BB: tl.constexpr):
     """A prep program's (request, key head, beam tile): r, hk, beam offsets and mask, the beams' rows r * W + b,
     and their q / k row offsets (sq: the (request, beam, head) strides)."""
@@ -182,7 +153,7 @@ def onela_prep_kernel(
     the coefficients of the closed-form replay (module docstring), so the main kernel needs no K-axis work
     beyond its two projections and no dependent loads. Every depth's ancestral alpha is gathered as one
     [BB, TP] tile before the suffix products, so the product chain holds no memory round trip; the depths and
-    the group's value heads are unrolled, so deep steps of wide groups go to `onela_prep_deep_kernel`. sq: q and
+    the group's value heads are unrolled, so deep steps and wide groups go to `onela_prep_pipe_kernel`. sq: q and
     k's (request, beam, head) strides. K is any multiple of 16, KP the power of two >= K (the key tiles'
     width)."""
     if PDL:
@@ -226,7 +197,7 @@ def onela_prep_kernel(
 @triton.jit
 def _prep_step_head(ptrs, R, W, HV, HK, sq, step, K: tl.constexpr, KP: tl.constexpr, G: tl.constexpr,
                     GP: tl.constexpr, BB: tl.constexpr, PDL: tl.constexpr):
-    """The depth-looping prep kernels' start: the program's beams, their q / k rows and norms, g and parents
+    """`onela_prep_pipe_kernel`'s start: the program's beams, their q / k rows and norms, g and parents
     loaded before the wait on the previous launch, then step `step`'s k-hat row and alpha_t stored. ptrs: (q, k,
     g, parents, alpha, khat). Returns (r, hk, offs_b, mask_b, rw, par, hvs, gmask, (qf, kf, inv_q, inv_k), kq_t,
     alpha_t as [BB, GP]: the group's value heads as columns)."""
@@ -246,57 +217,6 @@ def _prep_step_head(ptrs, R, W, HV, HK, sq, step, K: tl.constexpr, KP: tl.conste
     cs = tl.exp(g)
     tl.store(alpha_ptr + record_row(step, r, hvs[None, :], offs_b[:, None], R, HV, W), cs, mask=gmask)
     return r, hk, offs_b, mask_b, rw, par, hvs, gmask, (qf, kf, inv_q, inv_k), kq_t, cs
-
-
-@triton.jit(do_not_specialize=["step"])
-def onela_prep_deep_kernel(
-    q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, coef_ptr,
-    R, W, HV, HK, T_CAP, sq, step,
-    K: tl.constexpr, KP: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, TP: tl.constexpr, BB: tl.constexpr,
-    PDL: tl.constexpr,
-):
-    """`onela_prep_kernel`'s outputs for step `step` (a run-time value, so one compile serves every deep step),
-    the depth axis in tiles of TP columns from the deepest tile (the one holding depth step - 1) down, in a
-    run-time loop. Each tile gathers its ancestry slots, k-hat rows and alphas (TP independent gathers in flight),
-    writes its ancestry columns and its coefficient rows, and hands the alpha product chain c (one column per
-    value head of the group: [BB, GP]) to the next tile in registers -- so registers are those of one tile at
-    any depth. GP: the power of two >= G (the group's columns). Same grid and arguments as `onela_prep_kernel`
-    otherwise."""
-    r, hk, offs_b, mask_b, rw, par, hvs, gmask, keys, kq_t, cs = _prep_step_head(
-        (q_ptr, k_ptr, g_ptr, par_ptr, alpha_ptr, khat_ptr), R, W, HV, HK, sq, step, K, KP, G, GP, BB, PDL)
-    qf, kf, inv_q, inv_k = keys                     # cs: alpha_t, then alpha_t prod_{i > j} alpha_i down the tiles
-    offs_t = tl.arange(0, TP)
-    offs_g = tl.arange(0, GP)
-    plane = R * HV * W
-    j0 = ((step - 1) // TP) * TP                    # the deepest tile's first depth; a while loop, since the
-    while j0 >= 0:                                  # interpreter cannot range over a run-time scalar
-        slots, kqs, kks = _depth_tile(par, anc_prev_ptr, khat_ptr, qf, kf, inv_q, inv_k, j0, step, r, hk,
-                                      (R, W, HK, T_CAP), offs_b, mask_b, K, KP, TP, BB)
-        depth = j0 + offs_t[None, :]
-        live = mask_b[:, None] & (depth < step)
-        if hk == 0:
-            tl.store(anc_next_ptr + rw[:, None] * T_CAP + depth, slots, mask=live)
-        for i in tl.static_range(G):                # rows 3 + 2j, 4 + 2j of onela_prep_kernel's table
-            hv = hk * G + i
-            base = coef_ptr + (r * HV + hv) * W + offs_b
-            alphas = tl.load(alpha_ptr + record_row(depth, r, hv, slots, R, HV, W), mask=live, other=1.0)
-            c = tl.sum(tl.where(offs_g[None, :] == i, cs, 0.0), axis=1)
-            for cc in tl.static_range(TP):
-                col = TP - 1 - cc
-                j = j0 + col
-                kq = tl.sum(tl.where(offs_t[None, :] == col, kqs, 0.0), axis=1)
-                kk = tl.sum(tl.where(offs_t[None, :] == col, kks, 0.0), axis=1)
-                tl.store(base + (3 + 2 * j) * plane, c * kq, mask=mask_b & (j < step))
-                tl.store(base + (4 + 2 * j) * plane, c * kk, mask=mask_b & (j < step))
-                c = c * tl.sum(tl.where(offs_t[None, :] == col, alphas, 0.0), axis=1)    # 1 past step
-            cs = tl.where(offs_g[None, :] == i, c[:, None], cs)
-        j0 -= TP
-    for i in tl.static_range(G):
-        base = coef_ptr + (r * HV + hk * G + i) * W + offs_b
-        c = tl.sum(tl.where(offs_g[None, :] == i, cs, 0.0), axis=1)
-        tl.store(base, c * inv_q, mask=mask_b)
-        tl.store(base + plane, c * inv_k, mask=mask_b)
-        tl.store(base + 2 * plane, kq_t, mask=mask_b)
 
 
 @triton.jit
@@ -335,14 +255,16 @@ def onela_prep_pipe_kernel(
     K: tl.constexpr, KP: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, BB: tl.constexpr, STAGES: tl.constexpr,
     PDL: tl.constexpr,
 ):
-    """`onela_prep_deep_kernel`'s outputs as a software-pipelined loop over the depths, from step - 1 down (the
-    step a run-time value, so one compile serves every deep step): the pipeliner issues each depth's slot, k-hat
-    row and alphas (`_prep_depth`) STAGES - 1 iterations ahead of their use, into shared memory, so a program
-    keeps several depths' gathers in flight at one depth's registers. The alpha product chain multiplies in the
-    one-tile and depth-tiled kernels' order (alpha_t first, then the depths from the deepest down) and the dots
-    reduce rows laid out as theirs, so the coefficients are the same products. The group's value heads are the
-    columns of [BB, GP] tiles. STAGES 0: a plain loop (the interpreter takes no range over a run-time bound).
-    Same arguments as `onela_prep_deep_kernel`; BB beams per program."""
+    """`onela_prep_kernel`'s outputs for step `step` -- beam b's ancestry row, k-hat_t, alpha_t and the group's
+    coefficient table -- as a software-pipelined loop over the depths, from step - 1 down. The step is a run-time
+    value (`do_not_specialize`), so one compile serves every deep step. The pipeliner issues each depth's slot,
+    k-hat row and alphas (`_prep_depth`) STAGES - 1 iterations ahead of their use, into shared memory, so a
+    program keeps several depths' gathers in flight at one depth's registers. The alpha product chain multiplies
+    in the one-tile kernel's order (alpha_t first, then the depths from the deepest down) and the dots reduce rows
+    laid out as that kernel's, so the coefficients are the same products. The group's value heads are the columns
+    of [BB, GP] tiles, GP the power of two >= G. STAGES 0: a plain loop (the interpreter takes no range over a
+    run-time bound). Its pointers and sizes are `onela_prep_kernel`'s, then the step; one program per (request,
+    key head, tile of BB beams)."""
     r, hk, offs_b, mask_b, rw, par, hvs, gmask, keys, kq_t, cs = _prep_step_head(
         (q_ptr, k_ptr, g_ptr, par_ptr, alpha_ptr, khat_ptr), R, W, HV, HK, sq, step, K, KP, G, GP, BB, PDL)
     _, _, inv_q, inv_k = keys                       # cs: alpha_t, then alpha_t prod_{i > j} alpha_i down the depths
