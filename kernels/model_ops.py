@@ -321,7 +321,9 @@ def attn_pre(q, k, v, q_norm, k_norm, cos, sin, eps: float, k_out, v_out):
 # ---- attention: the own-KV merge and the output gate ----
 
 # A merge program holds one (token, KV head): its G query heads x D as a [G, D] tile, and reads the token's own keys
-# MERGE_KEYS at a time ([G, MERGE_KEYS, D] products; the Fig 6 decode's T <= 6 calls need one or two chunks).
+# and values up to MERGE_KEYS at a time ([G, MERGE_KEYS, D] products; a launch takes the power of two >= its key
+# count, at most MERGE_KEYS). At the Fig 6 shape (G = 4, D = 256, 4 warps) chunks of 4 compile to 72-96 registers
+# and chunks of 8 to 128 (four programs an SM instead of five); the decode's calls have at most 7 own keys.
 MERGE_KEYS = 4
 MERGE_WARPS = 4
 
@@ -367,9 +369,11 @@ def _merge_kernel(
     """Programs (token n = r W + b, KV head h). Own key j < NH is row j of the history (h_ptr + j sh_j + r sh_r +
     row sh_w + h sh_h, row = idx[j, r, b] when GATHER, else b); key NH is the current step's (c_ptr, when HAS_CUR).
     NK = NH + HAS_CUR keys in all. merge_own_kv's fp32 algebra: s = (q k) scale, m = max(lse_p, max_j s_j),
-    w_p = e^(lse_p - m), w_j = e^(s_j - m), o = (w_p o_p + sum_j w_j v_j) / (w_p + sum_j w_j) -- two passes over
-    the keys in chunks of BJ (the maximum first, then the sums; the keys re-read). With HAS_GATE, o is rounded to
-    the output dtype and multiplied by sigmoid(gate) in fp32. out [R, W, HKV G, D] contiguous.
+    w_p = e^(lse_p - m), w_j = e^(s_j - m), o = (w_p o_p + sum_j w_j v_j) / (w_p + sum_j w_j) -- one pass over
+    the keys in chunks of BJ, each key and value row loaded once: a chunk raises the running maximum and rescales
+    the sums so far by e^(m_old - m_new) (at NK <= BJ one chunk, whose sums start at zero: exactly the algebra
+    above). With HAS_GATE, o is rounded to the output dtype and multiplied by sigmoid(gate) in fp32.
+    out [R, W, HKV G, D] contiguous.
     """
     n = tl.program_id(0)
     h = tl.program_id(1)
@@ -384,36 +388,33 @@ def _merge_kernel(
                 other=0.0).to(tl.float32)
     lse = tl.load(lse_ptr + r * sl_r + b * sl_w + h * sl_h + g * sl_g, mask=mask_g, other=0.0).to(tl.float32)
     off_c = r * sc_r + b * sc_w + h * sc_h
-    m = lse
-    c = 0
-    while c < NK:                # pass 1: the maximum (while: the interpreter cannot range over a run-time scalar)
-        jj = c + tl.arange(0, BJ)
-        off_h = _own_offsets(idx_ptr, (si_j, si_r, si_w), (sh_j, sh_r, sh_w, sh_h), jj, r, b, h, NH, GATHER)
-        kt = _own_rows(kh_ptr, kc_ptr, off_h, off_c, jj, NH, d, mask_d, HAS_CUR)
-        s = tl.sum(q[:, None, :] * kt[None, :, :], axis=2) * scale                        # [BG, BJ]
-        m = tl.maximum(m, tl.max(tl.where((jj < NK)[None, :], s, float("-inf")), axis=1))
-        c += BJ
-    den = tl.zeros([BG], dtype=tl.float32)
-    acc = tl.zeros([BG, BD], dtype=tl.float32)
-    c = 0
-    while c < NK:                                                # pass 2: the weights and their sums
-        jj = c + tl.arange(0, BJ)
-        off_h = _own_offsets(idx_ptr, (si_j, si_r, si_w), (sh_j, sh_r, sh_w, sh_h), jj, r, b, h, NH, GATHER)
-        kt = _own_rows(kh_ptr, kc_ptr, off_h, off_c, jj, NH, d, mask_d, HAS_CUR)
-        s = tl.sum(q[:, None, :] * kt[None, :, :], axis=2) * scale
-        w = tl.where((jj < NK)[None, :], tl.exp(s - m[:, None]), 0.0)
-        vt = _own_rows(vh_ptr, vc_ptr, off_h, off_c, jj, NH, d, mask_d, HAS_CUR)
-        den += tl.sum(w, axis=1)
-        acc += tl.sum(w[:, :, None] * vt[None, :, :], axis=1)
-        c += BJ
-    w_p = tl.exp(lse - m)
+    # o_p and the gate load before the key loop, so their latency overlaps the keys'
     o_p = tl.load(op_ptr + r * so_r + b * so_w + h * so_h + g[:, None] * so_g + d[None, :], mask=m2,
                   other=0.0).to(tl.float32)
-    out = (w_p[:, None] * o_p + acc) / (w_p + den)[:, None]
-    out_ty = out_ptr.dtype.element_ty
     if HAS_GATE:
         gt = tl.load(gate_ptr + r * sg_r + b * sg_w + (h * G + g)[:, None] * sg_h + d[None, :], mask=m2,
                      other=0.0).to(tl.float32)
+    m = lse
+    den = tl.zeros([BG], dtype=tl.float32)
+    acc = tl.zeros([BG, BD], dtype=tl.float32)
+    c = 0
+    while c < NK:                # while: the interpreter cannot range over a run-time scalar
+        jj = c + tl.arange(0, BJ)
+        off_h = _own_offsets(idx_ptr, (si_j, si_r, si_w), (sh_j, sh_r, sh_w, sh_h), jj, r, b, h, NH, GATHER)
+        kt = _own_rows(kh_ptr, kc_ptr, off_h, off_c, jj, NH, d, mask_d, HAS_CUR)
+        vt = _own_rows(vh_ptr, vc_ptr, off_h, off_c, jj, NH, d, mask_d, HAS_CUR)
+        s = tl.sum(q[:, None, :] * kt[None, :, :], axis=2) * scale                        # [BG, BJ]
+        m_new = tl.maximum(m, tl.max(tl.where((jj < NK)[None, :], s, float("-inf")), axis=1))
+        w = tl.where((jj < NK)[None, :], tl.exp(s - m_new[:, None]), 0.0)
+        rescale = tl.exp(m - m_new)
+        den = den * rescale + tl.sum(w, axis=1)
+        acc = acc * rescale[:, None] + tl.sum(w[:, :, None] * vt[None, :, :], axis=1)
+        m = m_new
+        c += BJ
+    w_p = tl.exp(lse - m)
+    out = (w_p[:, None] * o_p + acc) / (w_p + den)[:, None]
+    out_ty = out_ptr.dtype.element_ty
+    if HAS_GATE:
         out = out.to(out_ty).to(tl.float32) * (1.0 / (1.0 + tl.exp(-gt)))
     tl.store(out_ptr + ((n * HKV + h) * G + g)[:, None] * D + d[None, :], out.to(out_ty), mask=m2)
 
@@ -483,7 +484,8 @@ def merge_own_kv(o_p, lse_p, qg, k_own, v_own, scale: float, out_dtype=None, gat
         out,
         NH, NH + int(has_cur), W, float(scale),
         HKV=hkv, G=G, D=D, GATHER=kidx is not None, HAS_CUR=has_cur, HAS_GATE=gate is not None,
-        BG=triton.next_power_of_2(G), BD=triton.next_power_of_2(D), BJ=MERGE_KEYS,
+        BG=triton.next_power_of_2(G), BD=triton.next_power_of_2(D),
+        BJ=min(MERGE_KEYS, max(1, triton.next_power_of_2(NH + int(has_cur)))),
         num_warps=MERGE_WARPS,
     )
     return out

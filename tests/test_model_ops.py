@@ -348,10 +348,11 @@ def _prompt_major(x, nkv, name):
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("mode", ["ancestry", "copy"])
 def test_merge_kernel_equals_the_block(device, dtype, mode):
-    """The own-KV merge, with and without the output gate, over T = 6 steps (one, then two key chunks), on the
-    decoder's views (o_p, lse_p and qg prompt-major; the gate a view into the projection) and KvHistory's own-KV
+    """The own-KV merge, with and without the output gate, over T = 11 steps (own keys in one chunk up to
+    MERGE_KEYS, then two or three: the running maximum's rescale), on the decoder's views (o_p, lse_p and qg prompt-major; the gate a view into the projection) and KvHistory's own-KV
     forms (ancestry: tensors at step 0, then (store, columns, current) tuples; copy: each beam's rows)."""
-    R, W, nq, nkv, D, T = 2, 5, 6, 2, 24, 6
+    R, W, nq, nkv, D, T = 2, 5, 6, 2, 24, 11
+    assert 2 * model_ops.MERGE_KEYS < T
     G, scale, interpreted = nq // nkv, 0.3, device == "cpu"
     gen = torch.Generator().manual_seed(3)
     tree = BeamTree(mode, R, W, T, device)
