@@ -6,7 +6,8 @@
   graph's `replay`, or an eager call for a path that cannot be captured) with L2 flushed before each replay
   (it zeroes a 256 MB buffer); the summary is the median and the 20th / 80th percentiles of the replays. It
   guarantees at least `MIN_REPLAYS` timed replays: do_bench fits max(1, int(rep / its estimate)) replays
-  into `rep_ms`, so a slow `fn` is timed again with a repetition time long enough for that many.
+  into `rep_ms`, so for a slow `fn` (one call, timed first between two events, says it) the repetition time is
+  raised to fit that many before do_bench runs; a call that still returns fewer is timed again.
 - `time_events(run, repeats, warmup, intervals)`: the event timer of sequences of calls (the full model's T
   per-call graph replays with beam selection between them, which stays outside the timed intervals). Each
   sample is the sum of its intervals, each measured by a pair of CUDA events. The host enqueues every sample
@@ -86,6 +87,24 @@ def rep_for_min_replays(rep_ms: float, samples_ms: Sequence[float], min_replays:
     return max(float(rep_ms), min_replays * estimate * REP_MARGIN)
 
 
+def rep_for_call(rep_ms: float, call_ms: float, min_replays: int = MIN_REPLAYS) -> float:
+    """The repetition time (ms) for do_bench to fit at least `min_replays` replays of a call of `call_ms`:
+    `rep_ms` where it fits them already, else min_replays x call_ms x REP_MARGIN (the margin covers the L2
+    flush do_bench adds to each replay, and the noise of its own estimate)."""
+    return max(float(rep_ms), min_replays * call_ms * REP_MARGIN)
+
+
+def _one_call_ms(fn: Callable) -> float:
+    """One call of `fn` between two CUDA events on the current stream (after the queue has drained), in ms."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
 def warm_up(fn: Callable, times: int = 1) -> None:
     """Call `fn` `times` times on a side stream (where capture will happen, outside the graph), then sync."""
     side = torch.cuda.Stream()
@@ -115,7 +134,7 @@ def time_replay(fn: Callable, warmup_ms: float, rep_ms: float, replayed: str = G
     them. `timer` records the settings asked for (`TIMER`), the same string whatever the repetition time
     the guarantee needed; `replays` says how many were timed."""
     import triton.testing
-    rep = float(rep_ms)
+    rep = rep_for_call(float(rep_ms), _one_call_ms(fn), min_replays)
     times = triton.testing.do_bench(fn, warmup=warmup_ms, rep=rep, return_mode="all")
     for _ in range(3):            # each retry re-estimates from its own samples; a steady fn needs one
         if len(times) >= min_replays:

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from artifact import timing
-from artifact.timing import (GRAPH_REPLAY, MIN_REPLAYS, TIMER, Timing, record_each, rep_for_min_replays, summarize,
-                             time_replay)
+from artifact.timing import (GRAPH_REPLAY, MIN_REPLAYS, TIMER, Timing, record_each, rep_for_call, rep_for_min_replays,
+                             summarize, time_replay)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -71,24 +71,46 @@ def test_the_raised_rep_fits_at_least_ten_replays(call_ms, noise):
         assert new > rep and _do_bench_replays(new, (call_ms + flush) * noise) >= MIN_REPLAYS
 
 
-def test_time_replay_times_again_with_a_longer_rep_until_ten_replays(monkeypatch):
+def test_time_replay_raises_the_rep_of_a_slow_call_before_timing_it(monkeypatch):
+    """A call that one event pair times at 30 ms gets a repetition time for ten replays in do_bench's first
+    run; a fast call keeps the rep asked for; where that one call understated the replays' time, a second
+    do_bench run with a longer rep still brings ten."""
     import triton.testing
-    calls = []
+    calls, one_call = [], [30.0]
 
     def fake_do_bench(fn, warmup, rep, return_mode):
         calls.append(rep)
         assert return_mode == "all"
         return [30.0] * _do_bench_replays(rep, 30.1)
 
+    monkeypatch.setattr(timing, "_one_call_ms", lambda fn: one_call[0])
     monkeypatch.setattr(triton.testing, "do_bench", fake_do_bench)
     t = time_replay(lambda: None, warmup_ms=10, rep_ms=50)
-    assert t.replays >= MIN_REPLAYS and len(calls) == 2 and calls[0] == 50.0 and calls[1] > 10 * 30.1
+    assert t.replays >= MIN_REPLAYS and calls == [rep_for_call(50, 30.0)] and calls[0] > 10 * 30.1
     assert t.timer == "cuda_graph_replay+triton.do_bench(median, L2 flushed, warmup=10ms, rep=50ms)"
     calls.clear()
+    one_call[0] = 20.0                                     # the one call ran faster than the replays do
+    t = time_replay(lambda: None, warmup_ms=10, rep_ms=50)
+    assert t.replays >= MIN_REPLAYS and len(calls) == 2 and calls[1] > calls[0]
+    calls.clear()
+    one_call[0] = 0.2
     monkeypatch.setattr(triton.testing, "do_bench", lambda fn, warmup, rep, return_mode: calls.append(rep) or
                         [0.1, 0.3, 0.2] * 100)
     t = time_replay(lambda: None, 25, 100)
     assert calls == [100.0] and t.replays == 300 and t.median_ms == pytest.approx(0.2)   # fast: one call
+
+
+@pytest.mark.parametrize("call_ms", [0.05, 3.0, 9.9, 12.0, 50.0, 400.0])
+@pytest.mark.parametrize("noise", [0.9, 1.0, 1.1])
+def test_a_rep_raised_from_one_call_fits_ten_replays(call_ms, noise):
+    """rep_for_call: a call of `call_ms` (do_bench's estimate adds an L2 flush of ~0.08 ms and varies by
+    +-10 %) gets a rep that fits MIN_REPLAYS; a fast call keeps the rep asked for."""
+    rep, flush = 50.0, 0.08
+    new = rep_for_call(rep, call_ms)
+    if _do_bench_replays(rep, call_ms + flush) >= MIN_REPLAYS:
+        assert new == rep
+    else:
+        assert new > rep and _do_bench_replays(new, (call_ms + flush) * noise) >= MIN_REPLAYS
 
 
 class _Event:
