@@ -581,11 +581,12 @@ def test_gpu_attn_pre_and_merge_kernels_equal_the_blocks_at_the_fig6_shape():
         want = (merge_own_kv(*margs[:-2]).to(dt).float() * torch.sigmoid(gate.float())).to(dt).float()
         row = want.abs().amax(-1, keepdim=True)
         # one ulp of the merged o where its rounding before the gate flips, then the gated value's rounding: of each
-        # element for the kernel, of the row's largest one for the compiled block
-        for name, fn, magnitude in (("kernel", model_ops.merge_own_kv, want.abs()),
-                                    ("compiled block", compiled["merge_own_kv"], row)):
+        # element for the kernel (plus 2^-16 of its row's largest, for an element the weighted sum nearly cancels:
+        # the kernel rescales its running sums where the block sums once), of the row's largest for the compiled block
+        for name, fn, bound in (("kernel", model_ops.merge_own_kv, 3 * BF16_ULP * want.abs() + 2 ** -16 * row),
+                                ("compiled block", compiled["merge_own_kv"], 3 * BF16_ULP * row)):
             got = fn(*margs).float()
-            assert ((got - want).abs() <= 3 * BF16_ULP * magnitude).all(), (name, t)
+            assert ((got - want).abs() <= bound).all(), (name, t)
             us = do_bench(lambda: fn(*margs), warmup=5, rep=50) * 1e3
             print(f"merge step {t} {name}: {us:.1f} us per layer")
 
