@@ -46,8 +46,10 @@ def check_reset(st: Stepper, s_ctx, tail):
     return s_ctx
 
 
-def check_step(st: Stepper, t, q, k, v, g, beta, parents, out):
-    """Reject bad input before launch (a kernel would read out of bounds instead of failing)."""
+def check_step(st: Stepper, t, q, k, v, g, beta, parents, out, check_parents: bool = True):
+    """Reject bad input before launch (a kernel would read out of bounds instead of failing). The parents'
+    range costs a host sync; `check_parents=False` leaves it to a caller that checked the same parents once
+    for every layer of its decode call."""
     geo, R, W = st.geometry, st.R, st.W
     if not 0 <= t < st.T:
         raise ValueError(f"step t={t} out of range 0..{st.T - 1}")
@@ -71,7 +73,7 @@ def check_step(st: Stepper, t, q, k, v, g, beta, parents, out):
         raise ValueError(f"parents must be contiguous int32, got {parents.dtype}")
     if not out.is_contiguous():
         raise ValueError("out must be contiguous")
-    if not (q.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
+    if check_parents and not (q.device.type == "cuda" and torch.cuda.is_current_stream_capturing()):
         lo, hi = int(parents.min()), int(parents.max())   # a host sync: checked eagerly, not inside a graph
         if lo < 0 or hi >= W:
             raise ValueError(f"parents out of range: values in [{lo}, {hi}], must be in [0, {W - 1}]")

@@ -159,6 +159,19 @@ def test_replayed_kernels_take_their_eager_twins_components():
     assert bd.per_call(lab2)[UNATTR]["ops"] == 1 and any("no eager twin" in n for n in lab2.notes)
 
 
+def test_device_time_per_call_counts_what_each_call_launched():
+    """device_us_per_call: per decode call, the device time (union of intervals) and count of the ops launched
+    inside it; beam selection between calls is left out."""
+    n = sum(len(k) for _, k in CALL)
+    assert bd.device_us_per_call(eager_trace(calls=3)) == [(2.0 * n, n)] * 3
+    tr = Trace()
+    tr.range("call", 0, 10)
+    for start in (20, 25, 40):                          # launched in the call; two overlap on the device
+        tr.op(tr.launch(1 + start / 10), "k", start, 10.0)
+    tr.op(tr.launch(50), "after", 60, 5.0)              # outside the call
+    assert bd.device_us_per_call(tr.dict()) == [(25.0, 3)]
+
+
 def test_overlapping_kernels_count_in_full_and_idle_never_negative():
     tr = Trace()
     c = tr.launch(1, "cudaGraphLaunch")

@@ -758,6 +758,28 @@ def test_public_op_matches_the_naive_reference_and_refuses_misuse(device):
         OneLA(1, 0, 2, num_k_heads=2, num_v_heads=2, head_k_dim=16, head_v_dim=16, device=device)
 
 
+def test_check_parents_false_leaves_the_range_check_and_its_host_sync_to_the_caller(device):
+    """OneLA(check_parents=False) takes a step without reading its parents on the host (the range check's
+    sync); by default an out-of-range parent is refused. The parents here are the lineage's own (in range), with
+    their min / max made to fail: only the default op reads them."""
+    geo = Geometry(2, 4, 16, 16)
+    wl = make_workload(geo, 2, 5, 2, seed=1, device=device, prompt_len=4)
+    ops = {flag: OneLA(2, 5, 2, num_k_heads=2, num_v_heads=4, head_k_dim=16, head_v_dim=16, device=device,
+                       check_parents=flag) for flag in (True, False)}
+    parents = wl.parents[1].clone()
+
+    def host_read(*_a, **_k):
+        raise AssertionError("parents read on the host")
+    parents.min = parents.max = host_read
+    for flag, op in ops.items():
+        op.reset(wl.s_ctx)
+        op.step(wl.q[0], wl.k[0], wl.v[0], wl.g[0], wl.beta[0], wl.parents[0])
+    ops[False].step(wl.q[1], wl.k[1], wl.v[1], wl.g[1], wl.beta[1], parents)
+    assert ops[False].steps_done == 2
+    with pytest.raises(AssertionError, match="parents read on the host"):
+        ops[True].step(wl.q[1], wl.k[1], wl.v[1], wl.g[1], wl.beta[1], parents)
+
+
 @pytest.mark.parametrize("stepper_cls", [OneLAStepper, ControlledFullStateStepper])
 def test_fp16_inputs_are_refused_naming_the_dtypes_taken(stepper_cls, device):
     """fp16 q/k/v are refused before any launch, naming the dtypes the kernels take (bf16 or fp32)."""

@@ -290,6 +290,10 @@ def test_the_timing_tool_runs_its_plumbing_on_cpu(tmp_path):
     assert side[0].split(",") == hf_generate.TIME_COLUMNS and len(side) == 3
     onela = dict(zip(hf_generate.TIME_COLUMNS, side[2].split(",")))
     assert onela["config_hash"] == rows[1]["config_hash"] and onela["beams_identical_to_stock"] == "True"
+    for line in side[1:]:                   # the profiled search's calls (CPU: top-level host ops stand in)
+        t = dict(zip(hf_generate.TIME_COLUMNS, line.split(",")))
+        assert float(t["decode_call_device_ops"]) > 0 and float(t["decode_call_device_ms"]) > 0
+        assert float(t["allocated_gib_at_start"]) == 0.0
     env = sorted((tmp_path / "env").glob("*.json"))
     assert [p.name.count(".") for p in env] == [1, 2]          # <run_id>.json, <run_id>.wall.json
     from artifact.results import read_wall

@@ -22,7 +22,13 @@ percentiles as the full model's rows take them, artifact.timing.summarize "stati
 - prefill time: the same around the prefill call, the host synchronised before and after it;
 - generate wall time: host clock around the whole `generate` (the device synchronised at both ends), and the wall
   time per decode call: (wall - the prefill's wall) / T, Python overhead and beam selection included;
-- peak GPU memory over the search and over the prefill (torch.cuda.max_memory_allocated).
+- peak GPU memory over the search and over the prefill (torch.cuda.max_memory_allocated), and the memory still
+  allocated when the cell starts (what earlier cells left: nothing but the model, since every cell's outputs
+  are dropped and the allocator's cache emptied before the next);
+- device time per decode call: one more search (untimed) under torch.profiler, each decode call in a
+  `decode/call` range; the union of the device intervals of the kernels each call launched, and their count
+  (artifact.model.breakdown.device_us_per_call). Set beside the events' span, it tells a call the host holds
+  up (span well above the device time) from one the GPU does.
 Where both systems ran a cell: whether their W beams per request are the same sequences in the same order, their
 largest score difference, and for how many of the O selections they kept the same candidates -- replayed from
 generate's per-step log-probs (`selections`); at the first that differs, stock's score gap between the two
@@ -55,9 +61,10 @@ import torch
 SUITE = "hf_generate"
 STOCK, ONELA = "hf_generate", "hf_generate_onela"
 TIMES = "hf_generate_times.csv"
-TIME_COLUMNS = ["config_hash", "run_id", "path", "prompt_len", "O", "T", "transformers", "prefill_ms",
-                "prefill_peak_gib", "decode_call_ms", "decode_call_p20_ms", "decode_call_p80_ms", "generate_wall_ms",
-                "decode_call_wall_ms", "peak_gib", "searches", "beams_identical_to_stock", "max_score_diff_to_stock",
+TIME_COLUMNS = ["config_hash", "run_id", "path", "prompt_len", "O", "T", "transformers", "allocated_gib_at_start",
+                "prefill_ms", "prefill_peak_gib", "decode_call_ms", "decode_call_p20_ms", "decode_call_p80_ms",
+                "decode_call_device_ms", "decode_call_device_ops", "generate_wall_ms", "decode_call_wall_ms",
+                "peak_gib", "searches", "beams_identical_to_stock", "max_score_diff_to_stock",
                 "same_selections_as_stock", "divergence_gap", "divergence_score_diff", "max_logit"]
 LOGIT_REL_TOL = 2e-2      # bf16 logits against the uncached forward, relative to the largest |logit| (docstring)
 RECHECK_BEAMS = 4
@@ -116,10 +123,11 @@ class CallHooks:
     """Records `events[i]` (a start / end pair) around the i-th model call of a search through nn.Module hooks,
     so they wrap whatever forward generate reaches (the stock one, or onela_generate's); the first call, the
     prefill, is synchronised on both sides for its wall time and peak memory. `events` None (a warm-up search)
-    records nothing."""
+    records nothing. `ranges`: each decode call also opens a profiler range (artifact.model.regions' CALL)."""
 
-    def __init__(self, model, events):
+    def __init__(self, model, events, ranges: bool = False):
         self.events, self.calls, self.prefill_wall, self.prefill_peak = events, 0, None, None
+        self.ranges, self.open = ranges, None
         self.handles = [model.register_forward_pre_hook(self._pre), model.register_forward_hook(self._post)]
 
     def _pre(self, module, args):
@@ -130,9 +138,16 @@ class CallHooks:
             if self.calls >= len(self.events):
                 raise RuntimeError(f"generate made more than the {len(self.events)} model calls expected")
             self.events[self.calls][0].record()
+        if self.ranges and self.calls >= 1:               # a decode call: its profiler range
+            from artifact.model.regions import CALL, PREFIX
+            self.open = torch.profiler.record_function(PREFIX + CALL)
+            self.open.__enter__()
         self.calls += 1
 
     def _post(self, module, args, out):
+        if self.open is not None:
+            self.open.__exit__(None, None, None)
+            self.open = None
         if self.events is not None:
             self.events[self.calls - 1][1].record()
         if self.calls == 1:
@@ -218,9 +233,10 @@ def recheck_scores(model, ids, out, W, O) -> tuple[float, float]:
 
 def run_cell(system, model, ids, W, O, warmup, repeats):
     """`warmup` untimed searches, `repeats` timed ones (artifact.timing.event_intervals: O intervals per search,
-    the prefill and each decode call), then one with the scores (untimed) for the checks. Returns (that search's
-    output, per search: interval ms, (wall s, prefill wall s), prefill peak and peak memory bytes)."""
-    m = dict(intervals=[], walls=[], prefill_peak=[], peaks=[])
+    the prefill and each decode call), one under the profiler (device time per decode call), then one with the
+    scores (untimed) for the checks. Returns (that search's output, per search: interval ms, (wall s, prefill
+    wall s), prefill peak and peak memory bytes; per decode call of the profiled search: (device us, ops))."""
+    m = dict(intervals=[], walls=[], prefill_peak=[], peaks=[], device=[])
 
     def run(events):
         if torch.cuda.is_available():
@@ -252,7 +268,40 @@ def run_cell(system, model, ids, W, O, warmup, repeats):
             ev = [(_HostEvent(), _HostEvent()) for _ in range(O)]
             run(ev)
             m["intervals"].append([s.elapsed_time(e) for s, e in ev])
+    m["device"] = profiled_calls(system, model, ids, W, O)
     return search(system, model, ids, W, O, scores=True), m
+
+
+def profiled_calls(system, model, ids, W, O) -> list[tuple[float, int]]:
+    """One search under torch.profiler: per decode call, the device time of what it launched and the op count
+    (on a CPU, the top-level host ops stand in: artifact.model.breakdown)."""
+    from artifact.model.breakdown import device_us_per_call, trace_of
+    hooks = CallHooks(model, None, ranges=True)
+    try:
+        trace = trace_of(lambda: search(system, model, ids, W, O), torch.cuda.is_available())
+    finally:
+        hooks.close()
+    calls = device_us_per_call(trace)
+    if len(calls) != O - 1:
+        raise RuntimeError(f"{system}: the profiled search shows {len(calls)} decode calls, expected {O - 1}")
+    return calls
+
+
+def on_host(out):
+    """What the beam comparison reads of generate's output (sequences, sequences_scores, the per-step
+    log-probs: about O GiB at W = 256), copied to host memory so the next system's cell runs without it."""
+    from types import SimpleNamespace
+    return SimpleNamespace(sequences=out.sequences.cpu(), sequences_scores=out.sequences_scores.cpu(),
+                           scores=tuple(s.cpu() for s in out.scores))
+
+
+def release() -> None:
+    """Drop what a finished cell left (its outputs, an exception's frames) and hand the allocator's cache back,
+    so the next cell starts from the model alone."""
+    import gc
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def main(argv=None) -> int:
@@ -299,6 +348,9 @@ def main(argv=None) -> int:
                 times = dict(config_hash=row["config_hash"], run_id=run_id, path=system, prompt_len=L, O=O, T=T,
                              transformers=transformers_version())
                 t_cell = time.monotonic()
+                release()
+                times["allocated_gib_at_start"] = (torch.cuda.memory_allocated() / 2 ** 30
+                                                   if torch.cuda.is_available() else 0.0)
                 if system == STOCK and L not in args.stock_prompts:
                     row.update(status="skipped", reason=f"stock generate not run at prompt {L} (--stock-prompts "
                                                         f"{args.stock_prompts}): its prefill copies each prompt "
@@ -306,15 +358,11 @@ def main(argv=None) -> int:
                 else:
                     try:
                         out, m = run_cell(system, model, ids, args.W, O, args.warmup, args.repeats)
-                        if torch.cuda.is_available():
-                            torch.cuda.empty_cache()
                     except torch.cuda.OutOfMemoryError as e:
-                        if torch.cuda.is_available():
-                            torch.cuda.empty_cache()
                         row.update(status="skipped", reason=f"out of GPU memory: {str(e).splitlines()[0][:160]}")
                     else:
-                        results[system] = out
                         err, scale = recheck_scores(model, ids, out, args.W, O)
+                        results[system] = on_host(out)     # compared on the host: no GPU memory held across
                         tol = 2 * T * LOGIT_REL_TOL * scale
                         flat = [c for s in m["intervals"] for c in s[1:]]
                         sums = [sum(s[1:]) for s in m["intervals"]]
@@ -328,6 +376,9 @@ def main(argv=None) -> int:
                         times.update(prefill_ms=summarize([s[0] for s in m["intervals"]], "statistics")[0],
                                      prefill_peak_gib=max(m["prefill_peak"]) / 2 ** 30,
                                      decode_call_ms=call_med, decode_call_p20_ms=call_p20, decode_call_p80_ms=call_p80,
+                                     decode_call_device_ms=1e-3 * summarize([d for d, _ in m["device"]],
+                                                                            "statistics")[0],
+                                     decode_call_device_ops=sum(n for _, n in m["device"]) / len(m["device"]),
                                      generate_wall_ms=1e3 * summarize([w for w, _ in m["walls"]], "statistics")[0],
                                      decode_call_wall_ms=1e3 * summarize(dec_wall, "statistics")[0],
                                      peak_gib=max(m["peaks"]) / 2 ** 30, searches=len(sums), max_logit=scale)
@@ -342,11 +393,14 @@ def main(argv=None) -> int:
                                  same_selections_as_stock=O if div is None else div[0],
                                  divergence_gap=None if div is None else div[2],
                                  divergence_score_diff=None if div is None else div[3])
+                    del a, b
                 append_csv(out_dir / TIMES, TIME_COLUMNS, [{c: _fmt(times.get(c)) for c in TIME_COLUMNS}])
+                out = m = None                             # this cell's outputs go before the next cell starts
                 print(f"{system:18s} L={L} O={O}: {row['status']}"
                       + (f" decode {times['decode_call_ms']:.2f} ms/call (events), {times['decode_call_wall_ms']:.1f} "
                          f"ms/call (wall), prefill {times['prefill_ms']:.0f} ms, peak {times['peak_gib']:.1f} GiB"
                          if row["status"] != "skipped" else f" ({row['reason']})"), flush=True)
+            results.clear()
     write_wall(out_dir, run_id, time.monotonic() - t_begin, wall_by_path)
     return 0
 

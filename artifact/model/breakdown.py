@@ -279,6 +279,14 @@ def busy_us(ops: list[DeviceOp]) -> float:
     return total
 
 
+def device_us_per_call(trace: dict) -> list[tuple[float, int]]:
+    """Per decode call of a trace (each a `decode/call` range, in time order): (the device time, in us, of the
+    ops it launched -- the union of their intervals, `busy_us` --, their count). No regions needed: a call's
+    cost to the GPU, to set beside its event-timed span."""
+    ops, ranges, _ = parse_trace(trace)
+    return [(busy_us([o for o, _ in call]), len(call)) for call in _by_call(ops, ranges, with_regions=False)]
+
+
 def per_call(lab: Labelled) -> dict[str, dict]:
     """component -> {"us": mean device time per call, "ops": mean op count per call}, with IDLE (span minus
     busy time) and "_span" (first start to last end), means over the calls."""

@@ -28,6 +28,9 @@ class OneLA:
         num_k_heads (HK), num_v_heads (HV), head_k_dim (K), head_v_dim (V): the layer's geometry; HV is a
             multiple of HK; K and V any multiple of 16 in 16..512.
         device: a CUDA device (or the CPU under ``TRITON_INTERPRET=1``, for tests).
+        check_parents: check every step's ``parents`` against ``[0, W)`` (a host sync per step, skipped inside
+            a CUDA-graph capture). ``False`` for a caller that checks them itself, once per decode call for all
+            its layers (``kernels.onela.transformers``); an out-of-range parent then reads another beam's rows.
 
     Inputs of `step` (one decode step, every beam):
         q, k: ``[R, W, HK, K]``, raw (the op normalises them), bf16 or fp32 (same dtype as v; fp16 is refused)
@@ -67,7 +70,7 @@ class OneLA:
     """
 
     def __init__(self, num_requests: int, beam_width: int, max_steps: int, *, num_k_heads: int, num_v_heads: int,
-                 head_k_dim: int, head_v_dim: int, device="cuda"):
+                 head_k_dim: int, head_v_dim: int, device="cuda", check_parents: bool = True):
         for name, x in (("num_requests", num_requests), ("beam_width", beam_width), ("max_steps", max_steps),
                         ("num_k_heads", num_k_heads), ("num_v_heads", num_v_heads)):
             if not isinstance(x, int) or x < 1:
@@ -75,7 +78,8 @@ class OneLA:
         if num_v_heads % num_k_heads:
             raise ValueError(f"OneLA: num_v_heads={num_v_heads} is not a multiple of num_k_heads={num_k_heads}")
         geometry = Geometry(num_k_heads, num_v_heads, head_k_dim, head_v_dim)
-        self._stepper = OneLAStepper(geometry, num_requests, beam_width, max_steps, device)
+        self._stepper = OneLAStepper(geometry, num_requests, beam_width, max_steps, device,
+                                     check_parents=bool(check_parents))
         self._t = None
 
     @property

@@ -27,8 +27,9 @@ class OneLAStepper(Stepper):
     (`kernels.onela.plan.CONFIG_KEYS`: tiles, pdl, ws) -- for tests and tools; the default is the adopted
     plan."""
 
-    def __init__(self, geometry, R, W, T, device, config: dict | None = None):
+    def __init__(self, geometry, R, W, T, device, config: dict | None = None, check_parents: bool = True):
         super().__init__(geometry, R, W, T, device)
+        self.check_parents = check_parents
         reason = kernel_supports("onela", geometry, self.device) or \
             shape_supports(T, R, W, geometry.hv, self.device.type == "cuda")
         if reason:
@@ -64,7 +65,7 @@ class OneLAStepper(Stepper):
 
     def step(self, t, q, k, v, g, beta, parents, out):
         geo, R, W = self.geometry, self.R, self.W
-        check_step(self, t, q, k, v, g, beta, parents, out)
+        check_step(self, t, q, k, v, g, beta, parents, out, self.check_parents)
         anc_prev, anc_cur = self.anc[(t - 1) % 2], self.anc[t % 2]
         ws_ok = self.ws_shape_ok and ws_layout_supports(W, q, k, v, out) is None   # else the Triton kernels
         launches = step_launches(self.config, geo, R, W, t, q.dtype == torch.bfloat16, ws_ok=ws_ok, n_sm=self.n_sm)

@@ -199,7 +199,7 @@ class OneLABeamCache:
             if kind == GDN:
                 m = layer.linear_attn
                 self.ops[i] = OneLA(num_requests, beam_width, max_steps, num_k_heads=g.hk, num_v_heads=g.hv,
-                                    head_k_dim=g.k, head_v_dim=g.v, device=dev)
+                                    head_k_dim=g.k, head_v_dim=g.v, device=dev, check_parents=False)
                 self.conv[i] = ConvHistory(self.tree, m.conv_dim, m.conv_kernel_size, dt, dev)
                 self.conv_taps[i] = m.conv1d.weight[:, 0, :].float()
                 self.neg_decay[i] = -m.A_log.float().exp()
@@ -224,7 +224,8 @@ class OneLABeamCache:
             raise ValueError(f"OneLABeamCache.reorder_cache: beam_idx has shape {tuple(beam_idx.shape)}, "
                              f"expected ({R * W},)")
         par = beam_idx.to(self.device).view(R, W) - torch.arange(R, device=self.device)[:, None] * W
-        lo, hi = torch.stack(torch.aminmax(par)).tolist()          # one device sync per decode call
+        # one device sync per decode call: the OneLA ops skip their own per-layer check (check_parents=False)
+        lo, hi = torch.stack(torch.aminmax(par)).tolist()
         if lo < 0 or hi >= W:
             raise ValueError(f"OneLABeamCache.reorder_cache: a beam's parent lies in another request "
                              f"(offsets within a request in [{lo}, {hi}], must be in [0, {W - 1}])")
