@@ -155,6 +155,22 @@ def test_the_comparison_sees_a_beam_that_forgets_its_parent(hf, prompts, stock, 
         check_up_to_near_tie(out, stock, R, W, N)
 
 
+def test_the_cache_is_taken_up_again_by_a_search_of_the_same_shape(hf, prompts, stock):
+    """The cache stays on the model between searches: the next search of the same shape reuses it (same state
+    buffers) and returns the same beams; another shape replaces it; `release` drops it. On a CPU no graphs are
+    captured (the GPU test replays them)."""
+    first, c1 = hfo.onela_generate(hf, prompts, num_beams=W, max_new_tokens=N, return_cache=True, **SEARCH)
+    again, c2 = hfo.onela_generate(hf, prompts, num_beams=W, max_new_tokens=N, return_cache=True, **SEARCH)
+    assert c2 is c1 and c1.eager_searches >= 2 and c1.graphs is None and c1.forward_calls == N
+    assert torch.equal(again.sequences, first.sequences)
+    assert torch.equal(again.sequences_scores, first.sequences_scores)
+    _compare(again, stock, N - 1)
+    _, c3 = hfo.onela_generate(hf, prompts, num_beams=W, max_new_tokens=N - 1, return_cache=True, **SEARCH)
+    assert c3 is not c1 and c3.shape == (R, W, N - 2, L) and getattr(hf, hfo.CACHE_ATTR) is c3
+    hfo.release(hf)
+    assert getattr(hf, hfo.CACHE_ATTR) is None
+
+
 def test_with_an_eos_token_too(hf, prompts):
     """An EOS token that some beams pick (24, the tiny model's favourite): generate keeps W running beams and
     sets finished ones aside, all above the cache; the same sequences and scores as stock."""
@@ -247,7 +263,8 @@ def test_refuses_head_sizes_and_dtypes_the_kernels_do_not_take(tmp_path, prompts
 def test_gpu_qwen3_5_0_8b_heads_keep_stock_beams_up_to_near_ties(tmp_path):
     """On CUDA: Qwen3.5-0.8B's GDN and attention heads (16 / 16 of 128; 8 q / 2 kv of 256, rotary on 64) in two
     periods of its layer pattern (8 layers, hidden 1024), vocabulary 4,096, fp32 with TF32 off, R = 4 different
-    1,000-token prompts, W = 64, 5 new tokens; the prompt prefilled once per request.
+    1,000-token prompts, W = 64, 5 new tokens; the prompt prefilled once per request. A second search of the
+    shape replays CUDA graphs of the decode calls and returns the first one's beams.
 
     At this width two candidates' scores are often closer than OneLA's error (a CPU run of this model with our own
     pipeline: smallest gap between the 64th and 65th candidate 1.2e-4; OneLA's score error at W = 8 over 4 calls
@@ -270,6 +287,13 @@ def test_gpu_qwen3_5_0_8b_heads_keep_stock_beams_up_to_near_ties(tmp_path):
         with _Batches(model) as seen:
             out = hfo.onela_generate(model, ids, num_beams=Wg, max_new_tokens=Ng, **search)
     assert seen.shapes == [(Rg, Lg)]
+    # the next search of this shape replays CUDA graphs of its decode calls: the same kernels, the same beams
+    with full_precision(), torch.no_grad():
+        replayed, cache = hfo.onela_generate(model, ids, num_beams=Wg, max_new_tokens=Ng, return_cache=True,
+                                             **search)
+    assert cache.graphs is not None and len(cache.graphs) == Ng - 1
+    assert torch.equal(replayed.sequences, out.sequences)
+    assert torch.allclose(replayed.sequences_scores, out.sequences_scores, rtol=1e-5, atol=1e-5)
     same, err, div = check_up_to_near_tie(out, ref, Rg, Wg, Ng, GPU_LOGIT_TOL)
     print(f"0.8B heads, R={Rg} W={Wg} L={Lg}: same selections for {same} of {Ng} steps; logits up to there "
           f"{err:.2e} relative (bound {GPU_LOGIT_TOL}); divergence (step, request, stock gap, score diff): {div}")

@@ -12,7 +12,8 @@ beams returned). Systems:
   prompts `--stock-prompts` names (default 1024), and a cell it cannot fit is recorded as skipped with the error.
 - `hf_generate_onela`: the same generate through `kernels.onela.transformers.onela_generate`.
 
-Per cell and system: `--warmup` untimed searches (compiles, autotunes), then `--repeats` timed ones (without
+Per cell and system: `--warmup` untimed searches (compiles, autotunes; OneLA's first runs eagerly, its second
+captures the decode calls' CUDA graphs, which the later searches of the cell replay), then `--repeats` timed ones (without
 generate's per-step scores, as a user runs it), then one untimed search with them for the checks below. In each
 timed search a forward pre-hook and a forward hook on the model record CUDA events around every model call generate
 makes (the first is the prefill, the others the decode calls; artifact.timing.event_intervals; medians and
@@ -81,7 +82,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--stock-prompts", nargs="*", type=int, default=[1024],
                     help="prompt lengths at which stock generate runs (its prefill copies each prompt W times)")
     ap.add_argument("--seed", type=int, default=0, help="weights and prompts, as the full-model suite seeds them")
-    ap.add_argument("--warmup", type=int, default=1)
+    ap.add_argument("--warmup", type=int, default=2, help="untimed searches per cell (OneLA needs 2 for graphs)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--model", default="qwen3_5_0_8b", help="model preset (artifact.model.config.MODELS)")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
@@ -295,10 +296,13 @@ def on_host(out):
                            scores=tuple(s.cpu() for s in out.scores))
 
 
-def release() -> None:
-    """Drop what a finished cell left (its outputs, an exception's frames) and hand the allocator's cache back,
-    so the next cell starts from the model alone."""
+def release(model) -> None:
+    """Drop what a finished cell left (its outputs, an exception's frames, the OneLA cache and graphs kept on
+    the model) and hand the allocator's cache back, so the next cell starts from the model alone."""
     import gc
+
+    from kernels.onela.transformers import release as release_onela
+    release_onela(model)
     gc.collect()
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
@@ -323,6 +327,7 @@ def main(argv=None) -> int:
     check_transformers()
     t_begin = time.monotonic()
     wall_by_path: dict[str, list] = {}
+    failed = 0
     out_dir = Path(args.out)
     run_id = new_run_id("hf_generate")
     commit = git_commit()
@@ -348,7 +353,7 @@ def main(argv=None) -> int:
                 times = dict(config_hash=row["config_hash"], run_id=run_id, path=system, prompt_len=L, O=O, T=T,
                              transformers=transformers_version())
                 t_cell = time.monotonic()
-                release()
+                release(model)
                 times["allocated_gib_at_start"] = (torch.cuda.memory_allocated() / 2 ** 30
                                                    if torch.cuda.is_available() else 0.0)
                 if system == STOCK and L not in args.stock_prompts:
@@ -360,6 +365,11 @@ def main(argv=None) -> int:
                         out, m = run_cell(system, model, ids, args.W, O, args.warmup, args.repeats)
                     except torch.cuda.OutOfMemoryError as e:
                         row.update(status="skipped", reason=f"out of GPU memory: {str(e).splitlines()[0][:160]}")
+                    except Exception as e:  # noqa: BLE001 - a failing cell is recorded and the run goes on
+                        row.update(status="failed", reason=f"{type(e).__name__}: {str(e).splitlines()[0][:200]}")
+                        print(f"{system} L={L} O={O} failed:", file=sys.stderr)
+                        import traceback
+                        traceback.print_exc()
                     else:
                         err, scale = recheck_scores(model, ids, out, args.W, O)
                         results[system] = on_host(out)     # compared on the host: no GPU memory held across
@@ -399,10 +409,11 @@ def main(argv=None) -> int:
                 print(f"{system:18s} L={L} O={O}: {row['status']}"
                       + (f" decode {times['decode_call_ms']:.2f} ms/call (events), {times['decode_call_wall_ms']:.1f} "
                          f"ms/call (wall), prefill {times['prefill_ms']:.0f} ms, peak {times['peak_gib']:.1f} GiB"
-                         if row["status"] != "skipped" else f" ({row['reason']})"), flush=True)
+                         if "decode_call_ms" in times else f" ({row['reason']})"), flush=True)
+                failed += row["status"] == "failed"
             results.clear()
     write_wall(out_dir, run_id, time.monotonic() - t_begin, wall_by_path)
-    return 0
+    return 1 if failed else 0
 
 
 def write_wall(out_dir: Path, run_id: str, total_s: float, by_path: dict) -> Path:

@@ -61,7 +61,11 @@ class OneLAStepper(Stepper):
     def reset(self, s_ctx, tail=None):
         self.s_ctx = check_reset(self, s_ctx, tail)
         if self.ws_shape_ok:    # the warp-specialised kernel loads S's bf16 rounding by TMA
-            self.s_bf16 = self.s_ctx.to(torch.bfloat16)
+            # written into the same buffer at every later reset: a captured step keeps reading it
+            if self.s_bf16 is None:
+                self.s_bf16 = self.s_ctx.to(torch.bfloat16)
+            else:
+                self.s_bf16.copy_(self.s_ctx)
 
     def step(self, t, q, k, v, g, beta, parents, out):
         geo, R, W = self.geometry, self.R, self.W

@@ -32,7 +32,14 @@ full_attention with these module names), a model dtype other than bf16 / fp32, h
 not take, a CPU without `TRITON_INTERPRET=1`, and transformers versions other than the tested ones
 (`TESTED_TRANSFORMERS`; `allow_untested_transformers=True` runs another at the caller's risk).
 
-The decode is eager (no CUDA graphs, no torch.compile): it times what a transformers user would run. Its GEMMs,
+The cache lives on the model (one decode shape at a time: R, W, max_new_tokens, prompt length) and is taken up
+again by the next `onela_generate` of the same shape: its state buffers keep their addresses, so on a CUDA device
+(`cuda_graphs=True`, the default) the first search of a shape runs eagerly -- Triton compiles, cuBLAS picks its
+kernels -- and the next one captures each of its T decode calls into a CUDA graph (one memory pool, captured in
+step order when its prefill is done), which that search and every later one of the shape replay: the decode's
+some 1,800 eager launches per call cost the host once, not per call. Only generate's own beam search between the
+calls stays on the host. A new shape drops the previous one's buffers and graphs (`release(model)` drops them
+explicitly). No torch.compile: the graphs hold the same kernels an eager call runs. Its GEMMs,
 norms and MLP are the model's; only the GDN recurrence, the conv window's gather and the attention's KV reads
 differ from stock, so a beam's logits differ from stock generate's by OneLA's bf16 records and projections plus
 the order of floating-point operations: relative to the largest logit about 1e-3 on the tests' tiny model, up to
@@ -58,6 +65,8 @@ from artifact.model.layers import causal_conv_step
 from artifact.workload import Geometry
 from kernels.checks import kernel_supports
 from kernels.onela.op import OneLA
+
+CACHE_ATTR = "_onela_beam_cache"        # the model's attribute that keeps the cache between generate calls
 
 # transformers releases (major.minor) this integration's CPU tests pass with: 5.24 (the project's test environment)
 # and 5.17 (the H200 host's release). Their generate and Qwen3.5 modules differ in the cache's API and in the
@@ -207,6 +216,7 @@ class OneLABeamCache:
                 a = layer.self_attn
                 self.kv[i] = KvHistory(self.tree, a.config.num_key_value_heads, a.head_dim, dt, dev)
         attn = next((layer.self_attn for layer, k in zip(model.model.layers, self.kinds) if k == ATTN), None)
+        self.attention = attention
         self.attn_impl = select_prompt_attention(dev, dt, attn.head_dim, attention) if attn is not None else None
         # the model's own rotary application (transformers' modelling module of its attention class)
         self.rope = getattr(inspect.getmodule(type(attn)), "apply_rotary_pos_emb", None) if attn is not None else None
@@ -214,6 +224,26 @@ class OneLABeamCache:
             raise ValueError(f"kernels.onela.transformers: {type(attn).__module__} has no apply_rotary_pos_emb")
         self.t: int | None = None            # None before the prefill; then the next decode call's index
         self.forward_calls = 0
+        # kept between searches of this shape, at fixed addresses (what captured decode calls read): the step's
+        # token ids, S_ctx per GDN layer, the prompt's K / V per attention layer (made at the first prefill)
+        self.ids = torch.zeros(num_requests * beam_width, 1, dtype=torch.long, device=dev)
+        self.s_ctx = {i: torch.zeros(num_requests, g.hv, g.v, g.k, dtype=torch.float32, device=dev) for i in self.ops}
+        # CUDA graphs: one per decode call once a whole eager search of this shape has run (`begin`)
+        self.cuda_graphs = False
+        self.eager_searches = 0             # whole searches run eagerly: every step's kernels compiled
+        self.graphs: list | None = None     # [T] graphs, their logits outputs, captured at a search's first call
+        self.graph_logits: list | None = None
+
+    @property
+    def shape(self) -> tuple:
+        return self.R, self.W, self.T, self.L
+
+    def begin(self, cuda_graphs: bool) -> None:
+        """A new search of this cache's shape: the next forward is its prefill. `cuda_graphs`: replay the
+        decode calls' graphs, captured at this search's first decode call if an earlier search of the shape
+        ran every call eagerly (CUDA only)."""
+        self.t, self.forward_calls = None, 0
+        self.cuda_graphs = bool(cuda_graphs) and self.device.type == "cuda"
 
     # ---- what generate calls ----
     def reorder_cache(self, beam_idx: torch.Tensor) -> None:
@@ -266,12 +296,17 @@ class OneLABeamCache:
                 if tuple(s.shape) != (R, g.hv, g.k, g.v):
                     raise ValueError(f"kernels.onela.transformers: layer {i}'s prefill state has shape "
                                      f"{tuple(s.shape)}, expected {(R, g.hv, g.k, g.v)}")
-                self.ops[i].reset(s.transpose(-1, -2).float().contiguous())   # S_ctx [R, HV, V, K] fp32
+                self.s_ctx[i].copy_(s.transpose(-1, -2))                     # S_ctx [R, HV, V, K] fp32
+                self.ops[i].reset(self.s_ctx[i])
                 conv = lay.conv_states[0]                                   # [R, C, width]: the last inputs
                 P = self.conv[i].P
                 self.conv[i].prompt_tail.copy_(conv[..., -P:].transpose(1, 2))
             else:
-                self.prompt_kv[i] = (lay.keys.contiguous(), lay.values.contiguous())   # [R, Hkv, L, D]
+                if i in self.prompt_kv:                                     # [R, Hkv, L, D]
+                    self.prompt_kv[i][0].copy_(lay.keys)
+                    self.prompt_kv[i][1].copy_(lay.values)
+                else:
+                    self.prompt_kv[i] = (lay.keys.contiguous().clone(), lay.values.contiguous().clone())
         self.t = 0
         return out.logits[:, -1:].repeat_interleave(W, dim=0)
 
@@ -283,24 +318,51 @@ class OneLABeamCache:
         if input_ids.shape[0] != R * W or input_ids.dim() != 2:
             raise ValueError(f"kernels.onela.transformers: a decode call's input_ids have shape "
                              f"{tuple(input_ids.shape)}, expected ({R * W}, 1)")
+        self.ids.copy_(input_ids[:, -1:])
+        if self.cuda_graphs and self.graphs is None and self.eager_searches and t == 0:
+            self._capture()
+        if self.cuda_graphs and self.graphs is not None:
+            self.graphs[t].replay()
+            logits = self.graph_logits[t].clone()       # the graph's output buffer is rewritten next search
+        else:
+            logits = self._decode_step(t)
+            if t == self.T - 1:
+                self.eager_searches += 1
+        self.t = t + 1
+        return logits
+
+    def _capture(self) -> None:
+        """Capture decode calls 0..T-1 into one memory pool, in step order (how they are replayed). Nothing
+        runs while capturing: each call's kernels read the buffers the previous call's graph writes."""
+        from artifact.timing import capture_graph
+        pool = torch.cuda.graph_pool_handle()
+        graphs, logits = [], []
+        for t in range(self.T):
+            g, out = capture_graph(lambda t=t: self._decode_step(t), warmup=0, pool=pool)
+            graphs.append(g)
+            logits.append(out)
+        self.graphs, self.graph_logits = graphs, logits
+
+    def _decode_step(self, t):
+        """Decode call t for every beam from the token ids in `self.ids`; returns the logits [R W, 1, vocab]."""
         model = self.model
         inner = model.model
         self.tree.advance(t)
-        x = inner.embed_tokens(input_ids[:, -1:])                           # [R W, 1, H]
+        x = inner.embed_tokens(self.ids)                                    # [R W, 1, H]
         pos = torch.full((3, 1, 1), self.L + t, dtype=torch.long, device=self.device)
         cos, sin = inner.rotary_emb(x, pos)                                 # [1, 1, rotary dim], the model's rope
         for i, (layer, kind) in enumerate(zip(inner.layers, self.kinds)):
             h = layer.input_layernorm(x)
-            h = self._gdn(i, layer.linear_attn, h) if kind == GDN else self._attn(i, layer.self_attn, h, cos, sin)
+            h = self._gdn(i, layer.linear_attn, h, t) if kind == GDN else \
+                self._attn(i, layer.self_attn, h, cos, sin, t)
             x = x + h
             x = x + layer.mlp(layer.post_attention_layernorm(x))
-        self.t = t + 1
         return model.lm_head(inner.norm(x))
 
-    def _gdn(self, i, m, h):
+    def _gdn(self, i, m, h, t):
         """Qwen3_5GatedDeltaNet's single-token decode with the conv window read through the ancestry and the
         recurrence through OneLA."""
-        R, W, t, g = self.R, self.W, self.t, self.geometry
+        R, W, g = self.R, self.W, self.geometry
         N = R * W
         qkv = m.in_proj_qkv(h).view(R, W, -1)
         z = m.in_proj_z(h)
@@ -317,10 +379,10 @@ class OneLABeamCache:
         o = m.norm(o.reshape(-1, g.v), z.reshape(-1, g.v)).reshape(N, 1, -1)
         return m.out_proj(o)
 
-    def _attn(self, i, m, h, cos, sin):
+    def _attn(self, i, m, h, cos, sin, t):
         """Qwen3_5Attention's single-token decode against the prompt KV shared by the request's beams plus the
         beam's own decode KV."""
-        R, W, t = self.R, self.W, self.t
+        R, W = self.R, self.W
         N, D = R * W, m.head_dim
         rope = self.rope
         query, gate = torch.chunk(m.q_proj(h).view(N, 1, -1, 2 * D), 2, dim=-1)
@@ -347,11 +409,13 @@ class OneLABeamCache:
 
 
 def onela_generate(model, input_ids: torch.Tensor, *, num_beams: int, max_new_tokens: int,
-                   attention_mask: torch.Tensor | None = None, attention: str = "auto",
+                   attention_mask: torch.Tensor | None = None, attention: str = "auto", cuda_graphs: bool = True,
                    allow_untested_transformers: bool = False, return_cache: bool = False, **generate_kwargs):
     """`model.generate(input_ids, num_beams=num_beams, max_new_tokens=max_new_tokens, do_sample=False, ...)` with
     the GDN decode through OneLA, the prompt prefilled once per request and its KV shared by the request's beams
     (module docstring). Returns what generate returns (and the `OneLABeamCache` too with `return_cache=True`).
+    `cuda_graphs`: from the second search of a shape on, its decode calls replay CUDA graphs (module docstring);
+    False runs every call eagerly.
 
     Example (CPU: set TRITON_INTERPRET=1 before anything imports triton)::
 
@@ -383,7 +447,12 @@ def onela_generate(model, input_ids: torch.Tensor, *, num_beams: int, max_new_to
     if model.lm_head.weight.device.type != "cuda" and os.environ.get("TRITON_INTERPRET") != "1":
         raise ValueError(f"kernels.onela.transformers: device {model.lm_head.weight.device} needs "
                          "TRITON_INTERPRET=1 (set before triton is imported) for the OneLA kernels")
-    cache = OneLABeamCache(model, R, num_beams, max_new_tokens - 1, L, attention=attention)
+    cache = getattr(model, CACHE_ATTR, None)
+    if cache is None or cache.shape != (R, num_beams, max_new_tokens - 1, L) or cache.attention != attention:
+        release(model)                                  # one shape's buffers at a time
+        cache = OneLABeamCache(model, R, num_beams, max_new_tokens - 1, L, attention=attention)
+        setattr(model, CACHE_ATTR, cache)
+    cache.begin(cuda_graphs)
     had_own = "forward" in vars(model)                 # an instance-level forward (e.g. a hook's) is restored too
     original = model.forward
     model.forward = functools.wraps(original)(functools.partial(cache.forward, original))
@@ -398,3 +467,11 @@ def onela_generate(model, input_ids: torch.Tensor, *, num_beams: int, max_new_to
         else:
             del model.forward                           # back to the class's forward
     return (out, cache) if return_cache else out
+
+
+def release(model) -> None:
+    """Drop the OneLA cache `onela_generate` keeps on `model` (its state buffers and CUDA graphs)."""
+    if getattr(model, CACHE_ATTR, None) is not None:
+        setattr(model, CACHE_ATTR, None)
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
