@@ -60,15 +60,21 @@ def _bf16(v: torch.Tensor, interpreted: bool) -> torch.Tensor:
 
 def _assert_conv_close(got, block, hist, x, w, what):
     """The kernel's conv output against the block's: fp32 to a few ulp; bf16 against the block's fp32 value cast
-    as the kernel casts, equal but where the two fp32 values straddle a rounding boundary (then one ulp)."""
+    as the kernel casts, equal but where the two fp32 values straddle a rounding boundary (then one ulp). Where
+    the taps' sum nearly cancels, the two fp32 sums (another order of the terms, fused multiply-adds on a GPU)
+    differ by a rounding of the terms' magnitude, 2^-20 of sum |w_j h_j|, which can exceed an ulp of the small
+    result: that much more is allowed."""
     if x.dtype == torch.float32:
         torch.testing.assert_close(got, block, rtol=1e-6, atol=1e-6, msg=what)
         return
     ref = causal_conv_step([window(h).float() for h in hist], x.float(), w)          # the block's fp32 value
     assert torch.equal(block, ref.to(x.dtype)), what
     want = _bf16(ref, interpreted=x.device.type == "cpu").float()
+    terms = x.float().abs() * w[:, -1].abs()
+    for j, h in enumerate(hist):
+        terms = terms + window(h).float().abs() * w[:, j].abs()
     g = got.float()
-    assert ((g - want).abs() <= BF16_ULP * want.abs()).all(), what
+    assert ((g - want).abs() <= BF16_ULP * want.abs() + 2.0 ** -20 * terms).all(), what
     assert (g != want).float().mean() < 0.01, what
 
 
