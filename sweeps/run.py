@@ -253,22 +253,25 @@ def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path, sui
     t_begin = time.monotonic()
     deadline = t_begin + 60 * cfg.budget_min if cfg.budget_min else None
     crash = None
-    wall = Counter()                  # seconds until each row, by path, less the shared work below
+    wall = Counter()                  # by path: seconds until each of its rows, less the work booked elsewhere,
+                                      # plus the work booked to it by name (RunContext.phase(..., path=name))
     shared = Counter()                # seconds of work no path owns (RunContext.phase(..., shared=label)), by label
     phases: dict[str, Counter] = {}   # path or shared label -> phase -> seconds (RunContext.phase)
     t_last = t_begin
 
-    def book(path: str | None) -> dict[str, float]:
-        """Take the charges booked since the last row into shared and phases; the row's own phases go to `path`
-        (None: after the last row, where only shared work is left). Returns the shared seconds taken."""
-        taken, split = ctx.take_charges()
+    def book(path: str | None) -> float:
+        """Take the charges booked since the last row into shared, wall and phases; the row's own phases go to
+        `path` (None: after the last row, where only shared and named paths' work is left), those booked to a
+        named path to that path. Returns the seconds taken that are not the row's own."""
+        taken, split, named = ctx.take_charges()
         for (owner, name), secs in split.items():
             if not owner and path is None:
                 owner = AFTER_LAST_ROW
                 taken[owner] = taken.get(owner, 0.0) + secs
             phases.setdefault(owner or path, Counter())[name] += secs
         shared.update(taken)
-        return taken
+        wall.update(named)
+        return sum(taken.values()) + sum(named.values())
     rows = runner(cfg, cells, ctx)
     try:
         for row in rows:
@@ -290,8 +293,8 @@ def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path, sui
                 append_row(out_csv, row)
             new_rows[h] = row
             now = time.monotonic()
-            charges = book(row["path"])           # shared per-shape work, booked apart from the row's path
-            wall[row["path"]] += max(now - t_last - sum(charges.values()), 0.0)
+            elsewhere = book(row["path"])         # shared per-shape work and other paths' own, booked apart
+            wall[row["path"]] += max(now - t_last - elsewhere, 0.0)
             t_last = now
             bar.update(1)
             if kill_after and len(new_rows) >= kill_after:

@@ -503,6 +503,41 @@ def test_the_wall_record_splits_each_owner_into_phases(tmp_path, monkeypatch, ca
     assert gpu.take_charges()[1].keys() == {("", "record")}
 
 
+def test_each_paths_supports_check_is_booked_to_its_own_setup(tmp_path, monkeypatch):
+    """The operator runner asks every path of a shape supports() (a framework's import, a memory query) before it
+    runs any, so the row after a supported path's check is another path's: each check is booked to its own
+    path's setup and wall time, not to the path whose row comes first."""
+    import time as _time
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    slow = {"reference_replay": 0.5}
+
+    class Checked(_Path):
+        def __init__(self, name):
+            super().__init__("ok")
+            self.checked = name
+
+        def supports(self, geometry, shape, device):
+            _time.sleep(slow.get(self.checked, 0.0))
+            return None
+    monkeypatch.setattr(operator_runner, "get_path", Checked)
+    assert run_sweep(_cfg(tmp_path, "path=[reference_fullstate,reference_replay]")) == EXIT_OK
+    (wall_file,) = (tmp_path / "r" / "env").glob("*.wall.json")
+    wall = json.loads(wall_file.read_text())
+    first, checked = wall["phases"]["reference_fullstate"], wall["phases"]["reference_replay"]
+    assert checked["setup"] >= 0.5 and first.get("setup", 0.0) < 0.25, wall["phases"]
+    assert wall["by_path"]["reference_replay"]["wall_s"] >= 0.5 > wall["by_path"]["reference_fullstate"]["wall_s"]
+    for owner, parts in wall["phases"].items():           # each owner's phases still add up to its wall time
+        total = wall["by_path"][owner]["wall_s"] if owner in wall["by_path"] else wall["shared"][owner]
+        assert abs(sum(parts.values()) - total) <= 0.051, (owner, parts, total)
+
+    from sweeps.context import RunContext
+    ctx = RunContext(device=CPU, ceilings=None, tolerance=1e-3, warmup_ms=1, rep_ms=1, time_it=False, run_id="r",
+                     git_commit="c", results_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"booked to path 'onela' and shared label '\(build\)' at once"):
+        with ctx.phase("setup", shared="(build)", path="onela"):
+            pass
+
+
 def test_phases_report_prints_one_table_from_wall_records(tmp_path, capsys):
     """`python -m artifact.results phases` over a run folder: per stage, owner and phase, summed over the
     records; a record from before phases existed shows its owners' time as `unsplit`."""
