@@ -10,8 +10,8 @@ Exit status: 0 all recorded cells ok or skipped; 1 a cell failed (this run or re
 crashed or could not be loaded, or the results table holds lines that are not valid rows (named, with the
 repair command); 2 a bad config or usage (also a config Hydra cannot compose); 73 another run is writing the
 same results table (nothing was done); 75 stopped by `budget_min` with cells left (re-run the same command to
-continue). Under -m (multirun) a job with failures, a bad config or a busy table raises instead, so Hydra runs
-every job and still exits non-zero.
+continue). Under -m (multirun) every job runs, and the multirun exits with the status of the first job (in job
+order) that exits 1, 2 or 73, said in one line naming that job.
 """
 from __future__ import annotations
 
@@ -44,8 +44,23 @@ AFTER_LAST_ROW = "(after the last row)"
 KILL_AFTER_ENV = "ONELA_SWEEP_KILL_AFTER"
 
 
+# What a multirun's one-line message says of a job's exit status.
+EXIT_MEANING = {EXIT_FAILED: "failed cells, a runner that crashed or could not load, or a results table with "
+                             "lines that are not rows",
+                EXIT_CONFIG: "a bad config", EXIT_BUSY: "another run is writing its results table"}
+
+
 class SweepFailed(RuntimeError):
-    """Raised at the end of a multirun job that has failed cells, so Hydra's exit status is non-zero."""
+    """Raised at the end of a multirun job whose single run would exit 1, 2 or 73, so that Hydra's launcher marks
+    the job failed; `cli` then exits with that status, in one line naming the job, instead of Hydra's
+    traceback and exit 1."""
+
+    def __init__(self, job: str, code: int):
+        super().__init__(job, code)         # as args: it is pickled back from a launcher's worker process
+        self.job, self.code = job, code
+
+    def __str__(self) -> str:
+        return f"multirun job {self.job}: exit {self.code}, {EXIT_MEANING.get(self.code, 'failed')}"
 
 
 def pin_visible_gpu(gpu: int) -> str:
@@ -375,9 +390,10 @@ def main(cfg: DictConfig) -> int:
     from hydra.types import RunMode
     _TASK_STARTED.append(True)
     code = run_sweep(cfg)
-    if HydraConfig.get().mode == RunMode.MULTIRUN:
-        if code in (EXIT_FAILED, EXIT_CONFIG, EXIT_BUSY):
-            raise SweepFailed(f"suite {cfg.suite.name} shard {cfg.shard.index}/{cfg.shard.count}: exit {code}")
+    hc = HydraConfig.get()
+    if hc.mode == RunMode.MULTIRUN:
+        if code in EXIT_MEANING:
+            raise SweepFailed(f"#{hc.job.num} ({' '.join(hc.overrides.task)})", code)
         return code
     sys.exit(code)
 
@@ -397,8 +413,9 @@ def cli() -> None:
     """`python -m sweeps.run`: Hydra's main, with a config Hydra cannot compose (a misspelt key or option, a
     wrong type, an unparsable override) exiting EXIT_CONFIG like every other config error. Hydra reports such
     an error and exits 1 (hydra._internal.utils.run_and_report, called from two of its modules); an error of
-    Hydra's or OmegaConf's config types raised before the task starts becomes EXIT_CONFIG. A job's own failure
-    (a multirun's SweepFailed, from this or a launcher's worker process) keeps exit 1."""
+    Hydra's or OmegaConf's config types raised before the task starts becomes EXIT_CONFIG. A multirun job's
+    SweepFailed (from this or a launcher's worker process; Hydra raises the first failed job's) exits with that
+    job's status, in one line naming the job."""
     import hydra._internal.hydra as hydra_core
     import hydra._internal.utils as hydra_utils
     report = hydra_utils.run_and_report
@@ -409,6 +426,9 @@ def cli() -> None:
         def recorded():
             try:
                 return func()
+            except SweepFailed as e:
+                print(f"[sweeps] {e}", file=sys.stderr)
+                raise SystemExit(e.code) from None
             except Exception as e:
                 raised.append(e)
                 raise
