@@ -25,6 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 import hydra
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 import sweeps.schema  # noqa: F401 - registers the schemas and generated groups with the ConfigStore
@@ -34,7 +35,7 @@ from artifact.results import (PHASES, ResultsFileError, TableBusy, append_row, c
                               new_run_id, read_table, repair_table, table_lock, write_rows)
 from sweeps.context import RunContext, one_line, shape_label
 from sweeps.runners import RunnerUnavailable, load_runner
-from sweeps.spec import ConfigError, SweepSpec, check_results_dir, results_dir_of, shard_cells, validate
+from sweeps.spec import ConfigError, SweepSpec, check_folder, results_dir_of, shard_cells, validate
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_BUSY, EXIT_INCOMPLETE = 0, 1, 2, 73, 75
 # The wall record's label of a path's phase timed after the runner's last row (none is expected: a runner's work
@@ -144,7 +145,7 @@ def run_sweep(cfg: DictConfig) -> int:
         spec = validate(cfg)
         device = resolve_device(cfg.hardware)
         results_dir = results_dir_of(cfg, device.type)
-        check_results_dir(results_dir, cfg.results_dir or str(results_dir))
+        check_folder("results_dir", results_dir, cfg.results_dir or str(results_dir))
     except ConfigError as e:
         print(f"[sweeps] bad config: {e}", file=sys.stderr)
         return EXIT_CONFIG
@@ -382,6 +383,27 @@ def _summary(spec: SweepSpec, cells: list[dict], recorded: dict, new_rows: dict,
         print(f"[sweeps] {remaining} cell(s) not run yet: re-run the same command to continue")
         return EXIT_INCOMPLETE
     return EXIT_OK
+
+
+class HydraFolderCheck(Callback):
+    """Hydra callback (conf/config.yaml): Hydra's own output folder, hydra.run.dir of a run or hydra.sweep.dir of
+    a multirun, naming a file (or a path under one) exits EXIT_CONFIG naming the key, before Hydra makes the
+    folder (its mkdir would end in a FileExistsError or NotADirectoryError traceback and exit 1)."""
+
+    def on_run_start(self, config, **kwargs) -> None:
+        _check_hydra_folder(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        _check_hydra_folder(config, "hydra.sweep.dir")
+
+
+def _check_hydra_folder(config, key: str) -> None:
+    given = OmegaConf.select(config, key)
+    try:
+        check_folder(key, Path(str(given)), given)
+    except ConfigError as e:
+        print(f"[sweeps] bad config: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None       # Hydra turns a callback's exception into a warning
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")

@@ -684,6 +684,19 @@ def test_a_results_dir_that_is_a_file_is_a_config_error_naming_it(tmp_path):
     assert (tmp_path / "taken").read_text() == "a file\n"
 
 
+def test_a_hydra_output_folder_that_is_a_file_is_a_config_error_naming_it(tmp_path):
+    """hydra.run.dir (a run) or hydra.sweep.dir (a multirun) naming a file, or a path under one, exits 2 with one
+    line naming the key, before Hydra's own mkdir would end in a FileExistsError / NotADirectoryError traceback."""
+    (tmp_path / "taken").write_text("a file\n")
+    for mode, key, given, said in (((), "hydra.run.dir", "taken", "names a file"),
+                                   (("-m",), "hydra.sweep.dir", "taken/sub", "lies under 'taken', which is a file")):
+        p = cli(tmp_path, *mode, "suite=smoke", REFS, "results_dir=r", f"{key}={given}")
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert f"[sweeps] bad config: config key {key}={given!r}: {said}" in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and "Error" not in p.stderr, p.stderr
+    assert (tmp_path / "taken").read_text() == "a file\n" and not (tmp_path / "r").exists()
+
+
 def test_budget_stops_early_and_a_rerun_finishes(tmp_path, monkeypatch):
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     assert run_sweep(_cfg(tmp_path, REFS, "budget_min=1e-9")) == EXIT_INCOMPLETE
