@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -421,6 +422,10 @@ def main(cfg: DictConfig) -> int:
 
 
 _TASK_STARTED: list[bool] = []
+# The launcher configs' Hydra plugins (conf/launcher), by the executor module each imports (a word of the plugin's
+# launcher and module names): the options that need it, the plugin's requirement (pyproject.toml's `launchers`).
+LAUNCHER_PACKAGES = {"submitit": ("launcher=slurm and launcher=slurm_local", "hydra-submitit-launcher==1.2.0"),
+                     "joblib": ("launcher=joblib_gpus", "hydra-joblib-launcher==1.2.0")}
 
 
 def _is_config_error(e: BaseException) -> bool:
@@ -431,13 +436,35 @@ def _is_config_error(e: BaseException) -> bool:
                           SearchPathException, OmegaConfBaseException))
 
 
+def _missing_launcher(e: BaseException) -> str | None:
+    """What to install, where `e` says a launcher's package is missing: Hydra finds no launcher config of that
+    name (its plugin is not installed), or the plugin cannot import its executor (submitit, joblib)."""
+    if isinstance(e, ModuleNotFoundError):
+        name = e.name or ""
+        what, plugin_missing = f"no module {name!r}", name.split(".")[0] not in LAUNCHER_PACKAGES
+    elif _is_config_error(e):
+        m = re.search(r"Could not (?:find|load) 'hydra/launcher/(\w+)'", str(e))
+        if not m:
+            return None
+        name, what, plugin_missing = m.group(1), f"Hydra has no launcher {m.group(1)!r}", True
+    else:
+        return None
+    for executor, (options, plugin) in LAUNCHER_PACKAGES.items():
+        if executor in name:
+            package = plugin.split("==")[0] if plugin_missing else executor
+            return (f"{options}: the package {package} is not installed ({what}); "
+                    f"pip install -e '.[launchers]' (or pip install {plugin} {executor})")
+    return None
+
+
 def cli() -> None:
     """`python -m sweeps.run`: Hydra's main, with a config Hydra cannot compose (a misspelt key or option, a
     wrong type, an unparsable override) exiting EXIT_CONFIG like every other config error. Hydra reports such
     an error and exits 1 (hydra._internal.utils.run_and_report, called from two of its modules); an error of
-    Hydra's or OmegaConf's config types raised before the task starts becomes EXIT_CONFIG. A multirun job's
-    SweepFailed (from this or a launcher's worker process; Hydra raises the first failed job's) exits with that
-    job's status, in one line naming the job."""
+    Hydra's or OmegaConf's config types raised before the task starts becomes EXIT_CONFIG; so does a launcher
+    whose package is missing, in one line naming it and how to install it. A multirun job's SweepFailed (from
+    this or a launcher's worker process; Hydra raises the first failed job's) exits with that job's status, in
+    one line naming the job."""
     import hydra._internal.hydra as hydra_core
     import hydra._internal.utils as hydra_utils
     report = hydra_utils.run_and_report
@@ -452,6 +479,10 @@ def cli() -> None:
                 print(f"[sweeps] {e}", file=sys.stderr)
                 raise SystemExit(e.code) from None
             except Exception as e:
+                missing = None if _TASK_STARTED else _missing_launcher(e)
+                if missing:
+                    print(f"[sweeps] {missing}", file=sys.stderr)
+                    raise SystemExit(EXIT_CONFIG) from None
                 raised.append(e)
                 raise
         try:

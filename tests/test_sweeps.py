@@ -140,6 +140,28 @@ def test_launcher_configs_compose():
         assert c.hydra.callbacks.merge_shards._target_ == "sweeps.merge.MergeShardsCallback"
 
 
+@pytest.mark.parametrize("hidden,launcher,missing", [
+    (("hydra_plugins.hydra_submitit_launcher", "submitit"), ("launcher=slurm",),
+     "(Hydra has no launcher 'submitit_slurm')"),                           # no plugin: the config does not compose
+    (("submitit",), ("launcher=slurm_local", "shard.count=2"), "(no module 'submitit')"),    # no executor: at launch
+    (("hydra_plugins.hydra_joblib_launcher", "joblib"), ("launcher=joblib_gpus",), "(Hydra has no launcher 'joblib')"),
+])
+def test_a_launcher_whose_package_is_missing_is_named_with_how_to_install_it(tmp_path, hidden, launcher, missing):
+    """A multirun through a launcher whose package is not installed (the plugin, or the executor it imports at
+    launch) exits 2 with one line naming the package and the install command, before any job runs."""
+    hide = f"import sys; sys.modules.update(dict.fromkeys({hidden!r})); from sweeps.run import cli; cli()"
+    e = {**os.environ, "PYTHONPATH": str(REPO), "TRITON_INTERPRET": "1"}
+    p = subprocess.run([sys.executable, "-c", hide, "-m", "suite=smoke", REFS, *launcher, "hardware=cpu",
+                        "results_dir=r", "progress=false"], cwd=tmp_path, env=e, capture_output=True, text=True,
+                       timeout=120)
+    package = hidden[-1] if "no module" in missing else hidden[0].split(".")[1].replace("_", "-")
+    assert p.returncode == 2, p.stdout + p.stderr
+    said = [ln for ln in p.stderr.splitlines() if ln.startswith("[sweeps] launcher=")]
+    assert len(said) == 1 and f": the package {package} is not installed {missing}; " in said[0], p.stderr
+    assert "pip install -e '.[launchers]' (or pip install " in said[0], said
+    assert "Traceback" not in p.stderr and not (tmp_path / "r").exists(), p.stderr
+
+
 def test_shards_partition_whole_shapes():
     base = cfg_of("suite=operator")
     every = [c["config_hash"] for c in shard_cells(validate(base), CPU)]
