@@ -46,7 +46,7 @@ ensure_env() {
     python3 -m venv "$VENV" || exit 1
   fi
   PY="$VENV/bin/python"
-  if ! "$PY" -c "import artifact, torch, triton, hydra, pytest, hypothesis, hydra_plugins.hydra_joblib_launcher, transformers, vulture, importlinter" \
+  if ! "$PY" -c "import artifact, torch, triton, hydra, pytest, hypothesis, hydra_plugins.hydra_joblib_launcher, hydra_plugins.hydra_submitit_launcher, submitit, transformers, vulture, importlinter" \
       >/dev/null 2>&1; then
     say "installing the project and its test dependencies into $VENV"
     [ -n "$DRY" ] && return 0

@@ -8,9 +8,11 @@ _.ReferenceFullStatePath, _.ReferenceReplayPath, _.ControlledFullStatePaperPath
 _.SglangFullStatePaperPath, _.SglangReplaySSMPath, _.VllmFullStatePaperPath, _.VllmPrefixReplayPath
 _.FlaFullStatePaperPath
 
-# Hydra: the launcher configs' callback (sweeps/conf/launcher/*.yaml) and its hook; a suite's `description`
-# (sweeps/conf/suite/*.yaml); the beam_scaling runner's shape enumerator ("module:function" in sweeps/runners.py).
-_.MergeShardsCallback, _.on_multirun_end, _.description, _.extra_shapes
+# Hydra: the launcher configs' callback (sweeps/conf/launcher/*.yaml), the main config's (sweeps/conf/config.yaml)
+# and their hooks; a suite's `description` (sweeps/conf/suite/*.yaml); the beam_scaling runner's shape enumerator
+# ("module:function" in sweeps/runners.py).
+_.MergeShardsCallback, _.on_multirun_end, _.HydraFolderCheck, _.on_run_start, _.on_multirun_start
+_.description, _.extra_shapes
 
 # transformers' cache protocol (kernels/onela/transformers.py): generate calls these by name.
 _.reorder_cache, _.get_seq_length, _.layer_idx

@@ -8,8 +8,8 @@ it measured (status, reason, latency_ms, ...); it must not change the defining f
 `sweeps.run` appends each yielded row to the CSV (flushed) before asking for the next, so a runner should
 yield as soon as a cell is done. A runner may yield in any order, e.g. shape-major, and should call
 `ctx.started(cell)` before working on a cell so the progress bar shows it. It times its work in phases with
-`ctx.phase(name, shared=None)` (never across a yield): the run's wall record splits each path's time, and the
-shared work's, by phase (artifact.results.PHASES).
+`ctx.phase(name, shared=None, path=None)` (never across a yield): the run's wall record splits each path's time,
+and the shared work's, by phase (artifact.results.PHASES).
 
 An exception inside a cell is the runner's to catch and yield as status "failed" (reason = the error)
 or "skipped" (reason = why it could not run). An exception escaping the runner stops the suite: the cell
@@ -59,19 +59,23 @@ class RunContext:
     results_dir: Path
     on_start: Callable[[dict], None] | None = field(default=None, repr=False)
     shared_s: Counter = field(default_factory=Counter, repr=False)      # shared label -> seconds
+    path_s: Counter = field(default_factory=Counter, repr=False)        # named path -> seconds
     phase_s: Counter = field(default_factory=Counter, repr=False)       # (owner, phase) -> seconds
     _open: str = field(default="", repr=False)                          # the phase being timed now
 
     @contextlib.contextmanager
-    def phase(self, name: str, shared: str | None = None):
+    def phase(self, name: str, shared: str | None = None, path: str | None = None):
         """Time the enclosed work as phase `name` (artifact.results.PHASES) for the run's wall record: booked to
-        the path of the next row the runner yields or, with `shared`, under that label of work no single cell
-        owns (a shape's workload and reference, the memory release between shapes), which the record keeps out
-        of every path's time. On a GPU a phase that completes ends with the device synchronised, so the GPU work
-        it queued is its own; the timed work inside a phase is unchanged. Phases do not nest (nested, one
-        second would be booked twice)."""
+        the path of the next row the runner yields; with `path`, to that path, whichever row comes next (work
+        done for a cell before other paths' rows, e.g. every path's supports() asked before a shape runs any);
+        with `shared`, under that label of work no single cell owns (a shape's workload and reference, the
+        memory release between shapes), which the record keeps out of every path's time. On a GPU a phase that
+        completes ends with the device synchronised, so the GPU work it queued is its own; the timed work inside
+        a phase is unchanged. Phases do not nest (nested, one second would be booked twice)."""
         if name not in PHASES:
             raise ValueError(f"phase {name!r}: not one of {', '.join(PHASES)}")
+        if shared and path:
+            raise ValueError(f"phase {name!r}: booked to path {path!r} and shared label {shared!r} at once")
         if self._open:
             raise RuntimeError(f"phase {name!r} opened inside phase {self._open!r}: its time would be booked twice")
         self._open = name
@@ -87,17 +91,21 @@ class RunContext:
         finally:
             dt = time.monotonic() - t0
             self._open = ""
-            self.phase_s[(shared or ROW, name)] += dt
+            self.phase_s[(shared or path or ROW, name)] += dt
             if shared:
                 self.shared_s[shared] += dt
+            elif path:
+                self.path_s[path] += dt
 
-    def take_charges(self) -> tuple[dict[str, float], dict[tuple[str, str], float]]:
-        """The shared seconds by label and the phases' seconds by (owner, phase) booked since the last call (the
-        sweep takes them with each row; owner ROW is that row's path)."""
-        shared, phases = dict(self.shared_s), dict(self.phase_s)
+    def take_charges(self) -> tuple[dict[str, float], dict[tuple[str, str], float], dict[str, float]]:
+        """The shared seconds by label, the phases' seconds by (owner, phase) and the seconds booked to a named
+        path (`phase(..., path=)`) booked since the last call (the sweep takes them with each row; owner ROW is
+        that row's path)."""
+        shared, phases, paths = dict(self.shared_s), dict(self.phase_s), dict(self.path_s)
         self.shared_s.clear()
         self.phase_s.clear()
-        return shared, phases
+        self.path_s.clear()
+        return shared, phases, paths
 
     def started(self, cell: dict) -> None:
         """Tell the sweep that work on `cell` begins (progress bar; names the cell if the runner crashes)."""

@@ -10,14 +10,15 @@ Exit status: 0 all recorded cells ok or skipped; 1 a cell failed (this run or re
 crashed or could not be loaded, or the results table holds lines that are not valid rows (named, with the
 repair command); 2 a bad config or usage (also a config Hydra cannot compose); 73 another run is writing the
 same results table (nothing was done); 75 stopped by `budget_min` with cells left (re-run the same command to
-continue). Under -m (multirun) a job with failures, a bad config or a busy table raises instead, so Hydra runs
-every job and still exits non-zero.
+continue). Under -m (multirun) every job runs, and the multirun exits with the status of the first job (in job
+order) that exits 1, 2 or 73, said in one line naming that job.
 """
 from __future__ import annotations
 
 import contextlib
 import json
 import os
+import re
 import signal
 import sys
 import time
@@ -25,6 +26,7 @@ from collections import Counter
 from pathlib import Path
 
 import hydra
+from hydra.experimental.callback import Callback
 from omegaconf import DictConfig, OmegaConf
 
 import sweeps.schema  # noqa: F401 - registers the schemas and generated groups with the ConfigStore
@@ -34,7 +36,7 @@ from artifact.results import (PHASES, ResultsFileError, TableBusy, append_row, c
                               new_run_id, read_table, repair_table, table_lock, write_rows)
 from sweeps.context import RunContext, one_line, shape_label
 from sweeps.runners import RunnerUnavailable, load_runner
-from sweeps.spec import ConfigError, SweepSpec, check_results_dir, results_dir_of, shard_cells, validate
+from sweeps.spec import ConfigError, SweepSpec, check_folder, results_dir_of, shard_cells, validate
 
 EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_BUSY, EXIT_INCOMPLETE = 0, 1, 2, 73, 75
 # The wall record's label of a path's phase timed after the runner's last row (none is expected: a runner's work
@@ -44,8 +46,23 @@ AFTER_LAST_ROW = "(after the last row)"
 KILL_AFTER_ENV = "ONELA_SWEEP_KILL_AFTER"
 
 
+# What a multirun's one-line message says of a job's exit status.
+EXIT_MEANING = {EXIT_FAILED: "failed cells, a runner that crashed or could not load, or a results table with "
+                             "lines that are not rows",
+                EXIT_CONFIG: "a bad config", EXIT_BUSY: "another run is writing its results table"}
+
+
 class SweepFailed(RuntimeError):
-    """Raised at the end of a multirun job that has failed cells, so Hydra's exit status is non-zero."""
+    """Raised at the end of a multirun job whose single run would exit 1, 2 or 73, so that Hydra's launcher marks
+    the job failed; `cli` then exits with that status, in one line naming the job, instead of Hydra's
+    traceback and exit 1."""
+
+    def __init__(self, job: str, code: int):
+        super().__init__(job, code)         # as args: it is pickled back from a launcher's worker process
+        self.job, self.code = job, code
+
+    def __str__(self) -> str:
+        return f"multirun job {self.job}: exit {self.code}, {EXIT_MEANING.get(self.code, 'failed')}"
 
 
 def pin_visible_gpu(gpu: int) -> str:
@@ -129,7 +146,7 @@ def run_sweep(cfg: DictConfig) -> int:
         spec = validate(cfg)
         device = resolve_device(cfg.hardware)
         results_dir = results_dir_of(cfg, device.type)
-        check_results_dir(results_dir, cfg.results_dir or str(results_dir))
+        check_folder("results_dir", results_dir, cfg.results_dir or str(results_dir))
     except ConfigError as e:
         print(f"[sweeps] bad config: {e}", file=sys.stderr)
         return EXIT_CONFIG
@@ -253,22 +270,25 @@ def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path, sui
     t_begin = time.monotonic()
     deadline = t_begin + 60 * cfg.budget_min if cfg.budget_min else None
     crash = None
-    wall = Counter()                  # seconds until each row, by path, less the shared work below
+    wall = Counter()                  # by path: seconds until each of its rows, less the work booked elsewhere,
+                                      # plus the work booked to it by name (RunContext.phase(..., path=name))
     shared = Counter()                # seconds of work no path owns (RunContext.phase(..., shared=label)), by label
     phases: dict[str, Counter] = {}   # path or shared label -> phase -> seconds (RunContext.phase)
     t_last = t_begin
 
-    def book(path: str | None) -> dict[str, float]:
-        """Take the charges booked since the last row into shared and phases; the row's own phases go to `path`
-        (None: after the last row, where only shared work is left). Returns the shared seconds taken."""
-        taken, split = ctx.take_charges()
+    def book(path: str | None) -> float:
+        """Take the charges booked since the last row into shared, wall and phases; the row's own phases go to
+        `path` (None: after the last row, where only shared and named paths' work is left), those booked to a
+        named path to that path. Returns the seconds taken that are not the row's own."""
+        taken, split, named = ctx.take_charges()
         for (owner, name), secs in split.items():
             if not owner and path is None:
                 owner = AFTER_LAST_ROW
                 taken[owner] = taken.get(owner, 0.0) + secs
             phases.setdefault(owner or path, Counter())[name] += secs
         shared.update(taken)
-        return taken
+        wall.update(named)
+        return sum(taken.values()) + sum(named.values())
     rows = runner(cfg, cells, ctx)
     try:
         for row in rows:
@@ -290,8 +310,8 @@ def _drive(cfg, runner, pending: list[dict], ctx: RunContext, out_csv: Path, sui
                 append_row(out_csv, row)
             new_rows[h] = row
             now = time.monotonic()
-            charges = book(row["path"])           # shared per-shape work, booked apart from the row's path
-            wall[row["path"]] += max(now - t_last - sum(charges.values()), 0.0)
+            elsewhere = book(row["path"])         # shared per-shape work and other paths' own, booked apart
+            wall[row["path"]] += max(now - t_last - elsewhere, 0.0)
             t_last = now
             bar.update(1)
             if kill_after and len(new_rows) >= kill_after:
@@ -366,20 +386,46 @@ def _summary(spec: SweepSpec, cells: list[dict], recorded: dict, new_rows: dict,
     return EXIT_OK
 
 
+class HydraFolderCheck(Callback):
+    """Hydra callback (conf/config.yaml): Hydra's own output folder, hydra.run.dir of a run or hydra.sweep.dir of
+    a multirun, naming a file (or a path under one) exits EXIT_CONFIG naming the key, before Hydra makes the
+    folder (its mkdir would end in a FileExistsError or NotADirectoryError traceback and exit 1)."""
+
+    def on_run_start(self, config, **kwargs) -> None:
+        _check_hydra_folder(config, "hydra.run.dir")
+
+    def on_multirun_start(self, config, **kwargs) -> None:
+        _check_hydra_folder(config, "hydra.sweep.dir")
+
+
+def _check_hydra_folder(config, key: str) -> None:
+    given = OmegaConf.select(config, key)
+    try:
+        check_folder(key, Path(str(given)), given)
+    except ConfigError as e:
+        print(f"[sweeps] bad config: {e}", file=sys.stderr)
+        raise SystemExit(EXIT_CONFIG) from None       # Hydra turns a callback's exception into a warning
+
+
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
 def main(cfg: DictConfig) -> int:
     from hydra.core.hydra_config import HydraConfig
     from hydra.types import RunMode
     _TASK_STARTED.append(True)
     code = run_sweep(cfg)
-    if HydraConfig.get().mode == RunMode.MULTIRUN:
-        if code in (EXIT_FAILED, EXIT_CONFIG, EXIT_BUSY):
-            raise SweepFailed(f"suite {cfg.suite.name} shard {cfg.shard.index}/{cfg.shard.count}: exit {code}")
+    hc = HydraConfig.get()
+    if hc.mode == RunMode.MULTIRUN:
+        if code in EXIT_MEANING:
+            raise SweepFailed(f"#{hc.job.num} ({' '.join(hc.overrides.task)})", code)
         return code
     sys.exit(code)
 
 
 _TASK_STARTED: list[bool] = []
+# The launcher configs' Hydra plugins (conf/launcher), by the executor module each imports (a word of the plugin's
+# launcher and module names): the options that need it, the plugin's requirement (pyproject.toml's `launchers`).
+LAUNCHER_PACKAGES = {"submitit": ("launcher=slurm and launcher=slurm_local", "hydra-submitit-launcher==1.2.0"),
+                     "joblib": ("launcher=joblib_gpus", "hydra-joblib-launcher==1.2.0")}
 
 
 def _is_config_error(e: BaseException) -> bool:
@@ -390,12 +436,35 @@ def _is_config_error(e: BaseException) -> bool:
                           SearchPathException, OmegaConfBaseException))
 
 
+def _missing_launcher(e: BaseException) -> str | None:
+    """What to install, where `e` says a launcher's package is missing: Hydra finds no launcher config of that
+    name (its plugin is not installed), or the plugin cannot import its executor (submitit, joblib)."""
+    if isinstance(e, ModuleNotFoundError):
+        name = e.name or ""
+        what, plugin_missing = f"no module {name!r}", name.split(".")[0] not in LAUNCHER_PACKAGES
+    elif _is_config_error(e):
+        m = re.search(r"Could not (?:find|load) 'hydra/launcher/(\w+)'", str(e))
+        if not m:
+            return None
+        name, what, plugin_missing = m.group(1), f"Hydra has no launcher {m.group(1)!r}", True
+    else:
+        return None
+    for executor, (options, plugin) in LAUNCHER_PACKAGES.items():
+        if executor in name:
+            package = plugin.split("==")[0] if plugin_missing else executor
+            return (f"{options}: the package {package} is not installed ({what}); "
+                    f"pip install -e '.[launchers]' (or pip install {plugin} {executor})")
+    return None
+
+
 def cli() -> None:
     """`python -m sweeps.run`: Hydra's main, with a config Hydra cannot compose (a misspelt key or option, a
     wrong type, an unparsable override) exiting EXIT_CONFIG like every other config error. Hydra reports such
     an error and exits 1 (hydra._internal.utils.run_and_report, called from two of its modules); an error of
-    Hydra's or OmegaConf's config types raised before the task starts becomes EXIT_CONFIG. A job's own failure
-    (a multirun's SweepFailed, from this or a launcher's worker process) keeps exit 1."""
+    Hydra's or OmegaConf's config types raised before the task starts becomes EXIT_CONFIG; so does a launcher
+    whose package is missing, in one line naming it and how to install it. A multirun job's SweepFailed (from
+    this or a launcher's worker process; Hydra raises the first failed job's) exits with that job's status, in
+    one line naming the job."""
     import hydra._internal.hydra as hydra_core
     import hydra._internal.utils as hydra_utils
     report = hydra_utils.run_and_report
@@ -406,7 +475,14 @@ def cli() -> None:
         def recorded():
             try:
                 return func()
+            except SweepFailed as e:
+                print(f"[sweeps] {e}", file=sys.stderr)
+                raise SystemExit(e.code) from None
             except Exception as e:
+                missing = None if _TASK_STARTED else _missing_launcher(e)
+                if missing:
+                    print(f"[sweeps] {missing}", file=sys.stderr)
+                    raise SystemExit(EXIT_CONFIG) from None
                 raised.append(e)
                 raise
         try:

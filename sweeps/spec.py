@@ -76,13 +76,14 @@ def results_dir_of(cfg: DictConfig, device_type: str | None = None) -> Path:
     return Path(to_absolute_path("results" if device_type == "cuda" else "outputs/cpu_results"))
 
 
-def check_results_dir(path: Path, given) -> None:
-    """A run writes `<path>/<suite>.csv` and `<path>/env/`: `path` and each of its existing parents must be a
-    folder (or not exist yet, then the run makes it). ConfigError naming `results_dir` otherwise."""
+def check_folder(key: str, path: Path, given) -> None:
+    """A folder a run writes into (results_dir: `<path>/<suite>.csv` and `<path>/env/`; Hydra's hydra.run.dir or
+    hydra.sweep.dir), config key `key` given as `given`: `path` and each of its existing parents must be a folder
+    (or not exist yet, then it is made). ConfigError naming the key otherwise."""
     for p in (path, *path.parents):
         if p.exists() and not p.is_dir():
             what = "names a file" if p == path else f"lies under {str(p)!r}, which is a file"
-            raise _bad("results_dir", given, f"{what}, not a folder; give a folder (it is made if missing)")
+            raise _bad(key, given, f"{what}, not a folder; give a folder (it is made if missing)")
 
 
 def _int_list(cfg_list, key: str, minimum: int, allow_none: bool = False) -> list:

@@ -20,7 +20,7 @@ from hydra import compose, initialize_config_module
 import sweeps.schema  # noqa: F401 - registers the structured configs
 from artifact.paths import DecodePath
 from artifact.reference import fullstate_decode
-from artifact.results import read_table
+from artifact.results import read_table, table_lock
 from sweeps.run import EXIT_BUSY, EXIT_CONFIG, EXIT_FAILED, EXIT_OK, run_sweep
 from sweeps.spec import ConfigError, shard_cells, validate
 from sweeps.suites import operator as operator_runner
@@ -190,3 +190,33 @@ def test_config_errors_exit_2_from_the_command_line(tmp_path):
         p = subprocess.run([sys.executable, "-m", "sweeps.run", *args], cwd=tmp_path, env=e, capture_output=True,
                            text=True, timeout=120)
         assert p.returncode == EXIT_CONFIG and said in p.stderr, (override, p.returncode, p.stderr[-500:])
+
+
+def test_a_failed_multirun_job_exits_with_its_single_runs_status_in_one_line(tmp_path, monkeypatch):
+    """Under -m, a job with failed cells, a bad config or a busy results table makes the multirun exit 1, 2 or 73,
+    as that run alone would, with one line naming the job and no traceback; also where the job ran in a
+    launcher's worker process (joblib), from which its status comes back pickled."""
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(operator_runner, "get_path", lambda name: _NanPath())
+    res = tmp_path / "r"
+    cell = ("suite=smoke", "geometry=smoke_mha", "shape.T=[2]", "path=[onela]", f"results_dir={res}")
+    assert run_sweep(cfg_of(*cell, "progress=false")) == EXIT_FAILED        # a failed row, recorded
+    e = {**os.environ, "PYTHONPATH": str(REPO), "TRITON_INTERPRET": "1"}
+
+    def multirun(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "sweeps.run", "-m", *args, "progress=false"], cwd=tmp_path, env=e,
+                              capture_output=True, text=True, timeout=120)
+    failed = multirun(*cell)              # the recorded failure fails the job, which runs nothing
+    with table_lock(res / "smoke.csv"):
+        busy = multirun(*cell)
+    bad = multirun("suite=smoke", "path=[onela]", "launcher=joblib_gpus", "shard.count=2", "hardware=cpu", "seed=-1",
+                   f"results_dir={res}")
+    for p, code, job, said in ((failed, EXIT_FAILED, "#0 (suite=smoke", "failed cells"),
+                               (busy, EXIT_BUSY, "#0 (suite=smoke", "another run is writing its results table"),
+                               (bad, EXIT_CONFIG, "#0 (shard.index=0 ", "a bad config")):
+        assert p.returncode == code, (code, p.returncode, p.stderr[-2000:])
+        said_lines = [ln for ln in p.stderr.splitlines() if ln.startswith("[sweeps] multirun job")]
+        assert len(said_lines) == 1 and said_lines[0].startswith(f"[sweeps] multirun job {job}"), p.stderr[-2000:]
+        assert f": exit {code}, {said}" in said_lines[0], said_lines
+        assert "Traceback" not in p.stderr and "SweepFailed" not in p.stderr, p.stderr[-2000:]
+    assert "config key seed=-1: must be >= 0" in bad.stderr

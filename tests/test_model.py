@@ -386,7 +386,7 @@ def test_run_cells_books_the_shared_model_and_prefills_apart_from_the_paths(tmp_
     rows = list(full_model.run_cells({"full_model": {"model": "tiny", "cpu": True}},
                                      _cells(["reference_fullstate", "reference_replay"]), ctx))
     assert [r["status"] for r in rows] == ["ok", "ok"]
-    shared, phases = ctx.take_charges()
+    shared, phases, _ = ctx.take_charges()
     assert built == [(2, 9, 0)] and not released          # one real prefill (no graphs on a CPU: no decoy)
     assert set(shared) == {full_model.INPUTS, full_model.RELEASE} and shared[full_model.INPUTS] > 0
     assert {ph for (owner, ph) in phases if owner == full_model.INPUTS} == {"setup"}

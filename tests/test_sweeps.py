@@ -140,6 +140,28 @@ def test_launcher_configs_compose():
         assert c.hydra.callbacks.merge_shards._target_ == "sweeps.merge.MergeShardsCallback"
 
 
+@pytest.mark.parametrize("hidden,launcher,missing", [
+    (("hydra_plugins.hydra_submitit_launcher", "submitit"), ("launcher=slurm",),
+     "(Hydra has no launcher 'submitit_slurm')"),                           # no plugin: the config does not compose
+    (("submitit",), ("launcher=slurm_local", "shard.count=2"), "(no module 'submitit')"),    # no executor: at launch
+    (("hydra_plugins.hydra_joblib_launcher", "joblib"), ("launcher=joblib_gpus",), "(Hydra has no launcher 'joblib')"),
+])
+def test_a_launcher_whose_package_is_missing_is_named_with_how_to_install_it(tmp_path, hidden, launcher, missing):
+    """A multirun through a launcher whose package is not installed (the plugin, or the executor it imports at
+    launch) exits 2 with one line naming the package and the install command, before any job runs."""
+    hide = f"import sys; sys.modules.update(dict.fromkeys({hidden!r})); from sweeps.run import cli; cli()"
+    e = {**os.environ, "PYTHONPATH": str(REPO), "TRITON_INTERPRET": "1"}
+    p = subprocess.run([sys.executable, "-c", hide, "-m", "suite=smoke", REFS, *launcher, "hardware=cpu",
+                        "results_dir=r", "progress=false"], cwd=tmp_path, env=e, capture_output=True, text=True,
+                       timeout=120)
+    package = hidden[-1] if "no module" in missing else hidden[0].split(".")[1].replace("_", "-")
+    assert p.returncode == 2, p.stdout + p.stderr
+    said = [ln for ln in p.stderr.splitlines() if ln.startswith("[sweeps] launcher=")]
+    assert len(said) == 1 and f": the package {package} is not installed {missing}; " in said[0], p.stderr
+    assert "pip install -e '.[launchers]' (or pip install " in said[0], said
+    assert "Traceback" not in p.stderr and not (tmp_path / "r").exists(), p.stderr
+
+
 def test_shards_partition_whole_shapes():
     base = cfg_of("suite=operator")
     every = [c["config_hash"] for c in shard_cells(validate(base), CPU)]
@@ -503,6 +525,41 @@ def test_the_wall_record_splits_each_owner_into_phases(tmp_path, monkeypatch, ca
     assert gpu.take_charges()[1].keys() == {("", "record")}
 
 
+def test_each_paths_supports_check_is_booked_to_its_own_setup(tmp_path, monkeypatch):
+    """The operator runner asks every path of a shape supports() (a framework's import, a memory query) before it
+    runs any, so the row after a supported path's check is another path's: each check is booked to its own
+    path's setup and wall time, not to the path whose row comes first."""
+    import time as _time
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    slow = {"reference_replay": 0.5}
+
+    class Checked(_Path):
+        def __init__(self, name):
+            super().__init__("ok")
+            self.checked = name
+
+        def supports(self, geometry, shape, device):
+            _time.sleep(slow.get(self.checked, 0.0))
+            return None
+    monkeypatch.setattr(operator_runner, "get_path", Checked)
+    assert run_sweep(_cfg(tmp_path, "path=[reference_fullstate,reference_replay]")) == EXIT_OK
+    (wall_file,) = (tmp_path / "r" / "env").glob("*.wall.json")
+    wall = json.loads(wall_file.read_text())
+    first, checked = wall["phases"]["reference_fullstate"], wall["phases"]["reference_replay"]
+    assert checked["setup"] >= 0.5 and first.get("setup", 0.0) < 0.25, wall["phases"]
+    assert wall["by_path"]["reference_replay"]["wall_s"] >= 0.5 > wall["by_path"]["reference_fullstate"]["wall_s"]
+    for owner, parts in wall["phases"].items():           # each owner's phases still add up to its wall time
+        total = wall["by_path"][owner]["wall_s"] if owner in wall["by_path"] else wall["shared"][owner]
+        assert abs(sum(parts.values()) - total) <= 0.051, (owner, parts, total)
+
+    from sweeps.context import RunContext
+    ctx = RunContext(device=CPU, ceilings=None, tolerance=1e-3, warmup_ms=1, rep_ms=1, time_it=False, run_id="r",
+                     git_commit="c", results_dir=tmp_path)
+    with pytest.raises(ValueError, match=r"booked to path 'onela' and shared label '\(build\)' at once"):
+        with ctx.phase("setup", shared="(build)", path="onela"):
+            pass
+
+
 def test_phases_report_prints_one_table_from_wall_records(tmp_path, capsys):
     """`python -m artifact.results phases` over a run folder: per stage, owner and phase, summed over the
     records; a record from before phases existed shows its owners' time as `unsplit`."""
@@ -647,6 +704,19 @@ def test_a_results_dir_that_is_a_file_is_a_config_error_naming_it(tmp_path):
         assert f"config key results_dir={given!r}" in p.stderr and said in p.stderr, p.stderr
         assert "Traceback" not in p.stderr and "FileExistsError" not in p.stderr, p.stderr
     assert (tmp_path / "taken").read_text() == "a file\n"
+
+
+def test_a_hydra_output_folder_that_is_a_file_is_a_config_error_naming_it(tmp_path):
+    """hydra.run.dir (a run) or hydra.sweep.dir (a multirun) naming a file, or a path under one, exits 2 with one
+    line naming the key, before Hydra's own mkdir would end in a FileExistsError / NotADirectoryError traceback."""
+    (tmp_path / "taken").write_text("a file\n")
+    for mode, key, given, said in (((), "hydra.run.dir", "taken", "names a file"),
+                                   (("-m",), "hydra.sweep.dir", "taken/sub", "lies under 'taken', which is a file")):
+        p = cli(tmp_path, *mode, "suite=smoke", REFS, "results_dir=r", f"{key}={given}")
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert f"[sweeps] bad config: config key {key}={given!r}: {said}" in p.stderr, p.stderr
+        assert "Traceback" not in p.stderr and "Error" not in p.stderr, p.stderr
+    assert (tmp_path / "taken").read_text() == "a file\n" and not (tmp_path / "r").exists()
 
 
 def test_budget_stops_early_and_a_rerun_finishes(tmp_path, monkeypatch):

@@ -80,7 +80,7 @@ def _run_shape(cells: list[dict], ctx: RunContext, measure=None, reference=None)
     for cell in cells:
         ctx.started(cell)
         try:
-            with ctx.phase("setup"):
+            with ctx.phase("setup", path=cell["path"]):     # a supported path's row comes after the others'
                 reason = get_path(cell["path"]).supports(geo, shape, ctx.device)
         except Exception as e:  # noqa: BLE001 - a broken supports() is that cell's failure
             yield _row(cell, "failed", f"supports() raised {type(e).__name__}: {e}")
