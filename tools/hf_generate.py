@@ -349,7 +349,9 @@ def main(argv=None) -> int:
                 row = dict(cell, O=O, config_hash=config_hash(cell), run_id=run_id, git_commit=commit,
                            timer=("host clock, CPU plumbing run (not performance)" if args.cpu else
                                   f"CUDA events around each model call; {args.warmup} warm-up + {args.repeats} "
-                                  f"searches, eager"), tolerance=LOGIT_REL_TOL)
+                                  f"searches, " + ("decode calls replayed as CUDA graphs" if system == ONELA
+                                                   and args.warmup >= 2 else "eager")),
+                           tolerance=LOGIT_REL_TOL)
                 times = dict(config_hash=row["config_hash"], run_id=run_id, path=system, prompt_len=L, O=O, T=T,
                              transformers=transformers_version())
                 t_cell = time.monotonic()
