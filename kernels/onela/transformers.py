@@ -15,10 +15,7 @@ stopping criteria and outputs untouched -- with the model's forward replaced, fo
   public `kernels.onela.OneLA` op (S_ctx shared by the request's beams, the append-only record store, the
   ancestry), the conv reads each beam's previous inputs through the ancestry, and each attention layer attends to
   the prompt's KV, stored once per request, plus the beam's own decode KV, merged exactly through the
-  log-sum-exp (`artifact.model.attention.shared_prefix_attention`, `artifact.model.beam_state`). The conv with
-  the gates, the GDN's gated output norm and the merge with the attention's output gate run as the project's
-  decoder runs them, one kernel each (`artifact.model.blocks.DecodeOps`, `kernels.model_ops`), in place of the
-  dozens of small torch ops their transformers modules launch.
+  log-sum-exp (`artifact.model.attention.shared_prefix_attention`, `artifact.model.beam_state`).
 - generate's reorder, `reorder_cache(beam_idx)` on the cache object the forward returns, only records the
   parents: selection moves indices, never a state, a record or a KV row.
 
@@ -43,9 +40,8 @@ step order when its prefill is done), which that search and every later one of t
 some 1,800 eager launches per call cost the host once, not per call. Only generate's own beam search between the
 calls stays on the host. A new shape drops the previous one's buffers and graphs (`release(model)` drops them
 explicitly). No torch.compile: the graphs hold the same kernels an eager call runs. Its GEMMs,
-norms and MLP are the model's; the GDN recurrence, conv, gates and output norm and the attention's KV reads,
-merge and output gate are computed as the project's own model computes them (equal to transformers' Qwen3.5
-within bf16 rounding: `tests/test_model_hf.py`), so a beam's logits differ from stock generate's by OneLA's bf16 records and projections plus
+norms and MLP are the model's; only the GDN recurrence, the conv window's gather and the attention's KV reads
+differ from stock, so a beam's logits differ from stock generate's by OneLA's bf16 records and projections plus
 the order of floating-point operations: relative to the largest logit about 1e-3 on the tests' tiny model, up to
 4.5e-3 with six GDN layers of Qwen3.5-0.8B's 128-wide heads (`tests/test_onela_transformers.py`). Where two
 candidates' scores lie closer than that -- wide beams over a large vocabulary -- the two searches can keep
