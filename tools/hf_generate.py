@@ -128,7 +128,9 @@ class CallHooks:
 
     def __init__(self, model, events, ranges: bool = False):
         self.events, self.calls, self.prefill_wall, self.prefill_peak = events, 0, None, None
-        self.ranges, self.open = ranges, None
+        from artifact.model.regions import CALL, PREFIX
+        self.range_name = PREFIX + CALL if ranges else None
+        self.open = None
         self.handles = [model.register_forward_pre_hook(self._pre), model.register_forward_hook(self._post)]
 
     def _pre(self, module, args):
@@ -139,9 +141,8 @@ class CallHooks:
             if self.calls >= len(self.events):
                 raise RuntimeError(f"generate made more than the {len(self.events)} model calls expected")
             self.events[self.calls][0].record()
-        if self.ranges and self.calls >= 1:               # a decode call: its profiler range
-            from artifact.model.regions import CALL, PREFIX
-            self.open = torch.profiler.record_function(PREFIX + CALL)
+        if self.range_name and self.calls >= 1:           # a decode call: its profiler range
+            self.open = torch.profiler.record_function(self.range_name)
             self.open.__enter__()
         self.calls += 1
 

@@ -306,7 +306,7 @@ class OneLABeamCache:
                     self.prompt_kv[i][0].copy_(lay.keys)
                     self.prompt_kv[i][1].copy_(lay.values)
                 else:
-                    self.prompt_kv[i] = (lay.keys.contiguous().clone(), lay.values.contiguous().clone())
+                    self.prompt_kv[i] = tuple(x.clone(memory_format=torch.contiguous_format) for x in (lay.keys, lay.values))
         self.t = 0
         return out.logits[:, -1:].repeat_interleave(W, dim=0)
 
