@@ -12,12 +12,13 @@ beams returned). Systems:
   prompts `--stock-prompts` names (default 1024), and a cell it cannot fit is recorded as skipped with the error.
 - `hf_generate_onela`: the same generate through `kernels.onela.transformers.onela_generate`.
 
-Per cell and system: `--warmup` untimed searches (compiles, autotunes; OneLA's first runs eagerly, its second
-captures the decode calls' CUDA graphs, which the later searches of the cell replay), then `--repeats` timed ones (without
-generate's per-step scores, as a user runs it), then one untimed search with them for the checks below. In each
-timed search a forward pre-hook and a forward hook on the model record CUDA events around every model call generate
-makes (the first is the prefill, the others the decode calls; artifact.timing.event_intervals; medians and
-percentiles as the full model's rows take them, artifact.timing.summarize "statistics"), so
+Per cell and system: `--warmup` untimed searches (compiles, autotunes; by default 1 for stock and 2 for OneLA, whose
+first runs eagerly and whose second captures the decode calls' CUDA graphs, which the later searches replay), then
+`--repeats` timed ones (without generate's per-step scores, as a user runs it), then one untimed search with them
+for the checks below. In each timed search a forward pre-hook and a forward hook on the model record CUDA events
+around every model call generate makes (the first is the prefill, the others the decode calls;
+artifact.timing.event_intervals; medians and percentiles as the full model's rows take them,
+artifact.timing.summarize "statistics"), so
 - decode-forward time per call: GPU time between the events around one decode call (Python overhead inside the
   call included, selection between calls not); the row's latency_ms is the search's T calls summed, as Fig 6's;
 - prefill time: the same around the prefill call, the host synchronised before and after it;
@@ -82,7 +83,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--stock-prompts", nargs="*", type=int, default=[1024],
                     help="prompt lengths at which stock generate runs (its prefill copies each prompt W times)")
     ap.add_argument("--seed", type=int, default=0, help="weights and prompts, as the full-model suite seeds them")
-    ap.add_argument("--warmup", type=int, default=2, help="untimed searches per cell (OneLA needs 2 for graphs)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="untimed searches per cell (default: 2 for OneLA, whose second captures the decode calls' "
+                         "graphs; 1 for stock, whose first compiles and autotunes)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--model", default="qwen3_5_0_8b", help="model preset (artifact.model.config.MODELS)")
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float32"))
@@ -99,6 +102,15 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --cpu: the tiny preset at a tiny cell, once, in fp32 (what a CPU test can afford); flags given explicitly win.
 CPU_DEFAULTS = dict(model="tiny", dtype="float32", prompts=[40], O=[3], R=2, W=4, stock_prompts=[40], warmup=0,
                     repeats=1, out="outputs/hf_generate_cpu")
+
+
+def warmup_for(system: str, args: argparse.Namespace) -> int:
+    """Untimed searches before a cell's timed ones: `--warmup` where given, else what the system needs to be warm
+    (OneLA: the first search runs eagerly and compiles, the second captures the CUDA graphs the timed ones replay;
+    stock: one, which compiles and autotunes fla's kernels)."""
+    if args.warmup is not None:
+        return args.warmup
+    return 2 if system == ONELA else 1
 
 
 class _HostEvent:
@@ -349,9 +361,10 @@ def main(argv=None) -> int:
                             HV=geo.hv, K=geo.k, V=geo.v, prompt_len=L, lineage="beam", seed=args.seed)
                 row = dict(cell, O=O, config_hash=config_hash(cell), run_id=run_id, git_commit=commit,
                            timer=("host clock, CPU plumbing run (not performance)" if args.cpu else
-                                  f"CUDA events around each model call; {args.warmup} warm-up + {args.repeats} "
-                                  f"searches, " + ("decode calls replayed as CUDA graphs" if system == ONELA
-                                                   and args.warmup >= 2 else "eager")),
+                                  f"CUDA events around each model call; {warmup_for(system, args)} warm-up + "
+                                  f"{args.repeats} searches, " + ("decode calls replayed as CUDA graphs"
+                                                                  if system == ONELA and warmup_for(system, args) >= 2
+                                                                  else "eager")),
                            tolerance=LOGIT_REL_TOL)
                 times = dict(config_hash=row["config_hash"], run_id=run_id, path=system, prompt_len=L, O=O, T=T,
                              transformers=transformers_version())
@@ -365,7 +378,8 @@ def main(argv=None) -> int:
                                                         f"W={args.W} times")
                 else:
                     try:
-                        out, m = run_cell(system, model, ids, args.W, O, args.warmup, args.repeats)
+                        out, m = run_cell(system, model, ids, args.W, O, warmup_for(system, args),
+                                          args.repeats)
                     except torch.cuda.OutOfMemoryError as e:
                         row.update(status="skipped", reason=f"out of GPU memory: {str(e).splitlines()[0][:160]}")
                     except Exception as e:  # noqa: BLE001 - a failing cell is recorded and the run goes on
