@@ -263,6 +263,8 @@ def native_reference(res: Results) -> list[str]:
              "pipeline's OneLA is its full_model row's latency_ms / T, a CUDA graph per call, timed in another run.",
              ""]
     lines += [f"- {display_name(p)}: not run -- {why}" for p, (_, why) in NATIVE_SKIPS.items()]
+    timed = nt[nt["status"] == "ok"].drop_duplicates(["path", "run_id", "timer"])
+    lines += [f"- {display_name(r.path)}, run {r.run_id}: {r.timer}" for r in timed.itertuples()]
     if not nt["path"].isin([NATIVE_STOCK, NATIVE_ONELA]).any():
         lines.append(f"- {display_name(NATIVE_STOCK)}, {display_name(NATIVE_ONELA)}: {NOT_MEASURED} (no rows in "
                      f"results/{NATIVE_SUITE}.csv; on a GPU: `{NATIVE_COMMAND} --out results`)")

@@ -325,3 +325,20 @@ def test_the_timing_tool_runs_its_plumbing_on_cpu(tmp_path):
     assert wall["cells"] == 2 and set(wall["by_path"]) == {hf_generate.STOCK, hf_generate.ONELA}
     from plots.report import expected_time                 # what ./run_all.sh and the claims table print
     assert expected_time(tmp_path, hf_generate.SUITE) != "not measured"
+
+
+def test_the_timing_tool_times_a_chunked_stock_prefill_as_one_prefill(tmp_path):
+    """`--stock-prefill-chunk`: stock generate prefills in chunks (its prefill_chunk_size, for a GPU without room
+    for the R x W prefill); the tool counts the chunks' calls as the prefill, so the decode calls and the beams are
+    the unchunked run's, and the row's timer names the chunking."""
+    from artifact.results import read_rows
+    from tools import hf_generate
+    assert hf_generate.prefill_calls(40, None) == 1 and hf_generate.prefill_calls(40, 16) == 3
+    assert hf_generate.main(["--cpu", "--out", str(tmp_path), "--stock-prefill-chunk", "16"]) == 0
+    rows = read_rows(tmp_path / "hf_generate.csv")
+    assert [(r["path"], r["status"]) for r in rows] == [(hf_generate.STOCK, "ok"), (hf_generate.ONELA, "ok")]
+    assert "prefill in chunks of 16 tokens" in rows[0]["timer"] and "chunks" not in rows[1]["timer"]
+    side = [dict(zip(hf_generate.TIME_COLUMNS, line.split(",")))
+            for line in (tmp_path / hf_generate.TIMES).read_text().splitlines()[1:]]
+    assert side[1]["beams_identical_to_stock"] == "True"
+    assert all(float(t["decode_call_device_ops"]) > 0 for t in side)

@@ -10,6 +10,9 @@ beams returned). Systems:
 - `hf_generate`: stock `model.generate(num_beams=W)` (transformers' own cache, fla's kernels where installed).
   Its prefill runs R x W copies of the prompts, which at W = 256 needs about 99 GiB at 1K tokens; it runs at the
   prompts `--stock-prompts` names (default 1024), and a cell it cannot fit is recorded as skipped with the error.
+  On a GPU without that room (an 80 GB H100), `--stock-prefill-chunk N` has generate prefill in chunks of N
+  tokens (its own option prefill_chunk_size): the decode calls and the beams are the same, the prefill's time is
+  the chunked one, and the rows' timer says so.
 - `hf_generate_onela`: the same generate through `kernels.onela.transformers.onela_generate`.
 
 Per cell and system: `--warmup` untimed searches (compiles, autotunes; by default 1 for stock and 2 for OneLA, whose
@@ -82,6 +85,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--systems", nargs="+", choices=(STOCK, ONELA), default=[STOCK, ONELA])
     ap.add_argument("--stock-prompts", nargs="*", type=int, default=[1024],
                     help="prompt lengths at which stock generate runs (its prefill copies each prompt W times)")
+    ap.add_argument("--stock-prefill-chunk", type=int, default=None, metavar="TOKENS",
+                    help="stock generate prefills in chunks of TOKENS (its generation option prefill_chunk_size), "
+                         "for a GPU without room for the whole R x W prefill (default: in one call, as users run "
+                         "it)")
     ap.add_argument("--seed", type=int, default=0, help="weights and prompts, as the full-model suite seeds them")
     ap.add_argument("--warmup", type=int, default=None,
                     help="untimed searches per cell (default: 2 for OneLA, whose second captures the decode calls' "
@@ -132,14 +139,21 @@ def _max_memory() -> int:
     return torch.cuda.max_memory_allocated() if torch.cuda.is_available() else 0
 
 
+def prefill_calls(prompt_len: int, chunk: int | None) -> int:
+    """The model calls of generate's prefill: one, or one per chunk of `chunk` prompt tokens."""
+    return 1 if chunk is None else -(-prompt_len // chunk)
+
+
 class CallHooks:
     """Records `events[i]` (a start / end pair) around the i-th model call of a search through nn.Module hooks,
-    so they wrap whatever forward generate reaches (the stock one, or onela_generate's); the first call, the
-    prefill, is synchronised on both sides for its wall time and peak memory. `events` None (a warm-up search)
-    records nothing. `ranges`: each decode call also opens a profiler range (artifact.model.regions' CALL)."""
+    so they wrap whatever forward generate reaches (the stock one, or onela_generate's); the first `prefill`
+    calls are the prefill (one, or one per chunk), synchronised before the first and after the last for its wall
+    time and peak memory. `events` None (a warm-up search) records nothing. `ranges`: each decode call also
+    opens a profiler range (artifact.model.regions' CALL)."""
 
-    def __init__(self, model, events, ranges: bool = False):
+    def __init__(self, model, events, ranges: bool = False, prefill: int = 1):
         self.events, self.calls, self.prefill_wall, self.prefill_peak = events, 0, None, None
+        self.prefill = prefill
         from artifact.model.regions import CALL, PREFIX
         self.range_name = PREFIX + CALL if ranges else None
         self.open = None
@@ -153,7 +167,7 @@ class CallHooks:
             if self.calls >= len(self.events):
                 raise RuntimeError(f"generate made more than the {len(self.events)} model calls expected")
             self.events[self.calls][0].record()
-        if self.range_name and self.calls >= 1:           # a decode call: its profiler range
+        if self.range_name and self.calls >= self.prefill:          # a decode call: its profiler range
             self.open = torch.profiler.record_function(self.range_name)
             self.open.__enter__()
         self.calls += 1
@@ -164,7 +178,7 @@ class CallHooks:
             self.open = None
         if self.events is not None:
             self.events[self.calls - 1][1].record()
-        if self.calls == 1:
+        if self.calls == self.prefill:
             _sync()
             self.prefill_wall = time.perf_counter() - self._t0
             self.prefill_peak = _max_memory()
@@ -218,15 +232,18 @@ def first_divergence(out, ref, R, W):
     return None
 
 
-def search(system, model, ids, W, O, scores=False):
+def search(system, model, ids, W, O, scores=False, prefill_chunk=None):
     """One beam search; returns generate's output (sequences [R W, L + O]; with `scores`, also sequences_scores
-    [R W] and the per-step log-probs, which cost a copy of [R W, vocab] per step: the timed searches go without)."""
+    [R W] and the per-step log-probs, which cost a copy of [R W, vocab] per step: the timed searches go without).
+    `prefill_chunk`: stock's prefill in chunks of that many tokens (generate's prefill_chunk_size)."""
     from kernels.onela.transformers import onela_generate
     kw = dict(num_beams=W, max_new_tokens=O, num_return_sequences=W, early_stopping=False, length_penalty=0.0,
               eos_token_id=None, pad_token_id=0, output_scores=scores, return_dict_in_generate=True)
     with torch.no_grad():
         if system == ONELA:
             return onela_generate(model, ids, **kw)
+        if prefill_chunk is not None:
+            kw["prefill_chunk_size"] = prefill_chunk
         return model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), do_sample=False, **kw)
 
 
@@ -245,28 +262,29 @@ def recheck_scores(model, ids, out, W, O) -> tuple[float, float]:
     return err, scale
 
 
-def run_cell(system, model, ids, W, O, warmup, repeats):
-    """`warmup` untimed searches, `repeats` timed ones (artifact.timing.event_intervals: O intervals per search,
-    the prefill and each decode call), one under the profiler (device time per decode call), then one with the
+def run_cell(system, model, ids, W, O, warmup, repeats, prefill_chunk=None):
+    """`warmup` untimed searches, `repeats` timed ones (artifact.timing.event_intervals: per search, the prefill's
+    calls, then each decode call), one under the profiler (device time per decode call), then one with the
     scores (untimed) for the checks. Returns (that search's output, per search: interval ms, (wall s, prefill
     wall s), prefill peak and peak memory bytes; per decode call of the profiled search: (device us, ops))."""
     m = dict(intervals=[], walls=[], prefill_peak=[], peaks=[], device=[])
+    P = prefill_calls(ids.shape[1], prefill_chunk)
 
     def run(events):
         if torch.cuda.is_available():
             torch.cuda.reset_peak_memory_stats()
-        hooks = CallHooks(model, events)
+        hooks = CallHooks(model, events, prefill=P)
         try:
             _sync()
             t0 = time.perf_counter()
-            search(system, model, ids, W, O)
+            search(system, model, ids, W, O, prefill_chunk=prefill_chunk)
             _sync()
             wall = time.perf_counter() - t0
         finally:
             hooks.close()
-        if hooks.calls != O:
-            raise RuntimeError(f"{system}: generate made {hooks.calls} model calls, expected {O} (prefill + "
-                               f"{O - 1})")
+        if hooks.calls != P + O - 1:
+            raise RuntimeError(f"{system}: generate made {hooks.calls} model calls, expected {P + O - 1} ({P} "
+                               f"prefill + {O - 1})")
         if events is not None:
             m["walls"].append((wall, hooks.prefill_wall))
             m["prefill_peak"].append(hooks.prefill_peak)
@@ -274,25 +292,27 @@ def run_cell(system, model, ids, W, O, warmup, repeats):
 
     if torch.cuda.is_available():
         from artifact.timing import event_intervals
-        m["intervals"] = event_intervals(run, repeats, warmup, O)
+        m["intervals"] = event_intervals(run, repeats, warmup, P + O - 1)
     else:                                             # --cpu: the same protocol on the host clock
         for _ in range(warmup):
             run(None)
         for _ in range(repeats):
-            ev = [(_HostEvent(), _HostEvent()) for _ in range(O)]
+            ev = [(_HostEvent(), _HostEvent()) for _ in range(P + O - 1)]
             run(ev)
             m["intervals"].append([s.elapsed_time(e) for s, e in ev])
-    m["device"] = profiled_calls(system, model, ids, W, O)
-    return search(system, model, ids, W, O, scores=True), m
+    m["device"] = profiled_calls(system, model, ids, W, O, prefill_chunk)
+    m["intervals"] = [[sum(s[:P])] + s[P:] for s in m["intervals"]]        # the prefill's calls as one interval
+    return search(system, model, ids, W, O, scores=True, prefill_chunk=prefill_chunk), m
 
 
-def profiled_calls(system, model, ids, W, O) -> list[tuple[float, int]]:
+def profiled_calls(system, model, ids, W, O, prefill_chunk=None) -> list[tuple[float, int]]:
     """One search under torch.profiler: per decode call, the device time of what it launched and the op count
     (on a CPU, the top-level host ops stand in: artifact.model.breakdown)."""
     from artifact.model.breakdown import device_us_per_call, trace_of
-    hooks = CallHooks(model, None, ranges=True)
+    hooks = CallHooks(model, None, ranges=True, prefill=prefill_calls(ids.shape[1], prefill_chunk))
     try:
-        trace = trace_of(lambda: search(system, model, ids, W, O), torch.cuda.is_available())
+        trace = trace_of(lambda: search(system, model, ids, W, O, prefill_chunk=prefill_chunk),
+                         torch.cuda.is_available())
     finally:
         hooks.close()
     calls = device_us_per_call(trace)
@@ -357,6 +377,7 @@ def main(argv=None) -> int:
             T = O - 1
             results = {}
             for system in [s for s in (STOCK, ONELA) if s in args.systems]:     # stock first: OneLA's row compares
+                chunk = args.stock_prefill_chunk if system == STOCK else None
                 cell = dict(suite=SUITE, path=system, geometry=args.model, R=args.R, W=args.W, T=T, HK=geo.hk,
                             HV=geo.hv, K=geo.k, V=geo.v, prompt_len=L, lineage="beam", seed=args.seed)
                 row = dict(cell, O=O, config_hash=config_hash(cell), run_id=run_id, git_commit=commit,
@@ -364,7 +385,9 @@ def main(argv=None) -> int:
                                   f"CUDA events around each model call; {warmup_for(system, args)} warm-up + "
                                   f"{args.repeats} searches, " + ("decode calls replayed as CUDA graphs"
                                                                   if system == ONELA and warmup_for(system, args) >= 2
-                                                                  else "eager")),
+                                                                  else "eager"))
+                           + ("" if chunk is None else f"; prefill in chunks of {chunk} tokens (generate's "
+                                                       "prefill_chunk_size)"),
                            tolerance=LOGIT_REL_TOL)
                 times = dict(config_hash=row["config_hash"], run_id=run_id, path=system, prompt_len=L, O=O, T=T,
                              transformers=transformers_version())
@@ -379,7 +402,7 @@ def main(argv=None) -> int:
                 else:
                     try:
                         out, m = run_cell(system, model, ids, args.W, O, warmup_for(system, args),
-                                          args.repeats)
+                                          args.repeats, prefill_chunk=chunk)
                     except torch.cuda.OutOfMemoryError as e:
                         row.update(status="skipped", reason=f"out of GPU memory: {str(e).splitlines()[0][:160]}")
                     except Exception as e:  # noqa: BLE001 - a failing cell is recorded and the run goes on
