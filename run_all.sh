@@ -26,6 +26,15 @@ cd "$(dirname "$0")"
 # back instead of benchmarking every config again: the suites, tools and traffic children this script starts
 # (docs/methods.md section 11). TRITON_CACHE_AUTOTUNING=0 in the environment turns it off.
 export TRITON_CACHE_AUTOTUNING=${TRITON_CACHE_AUTOTUNING:-1}
+# Python's bytecode: a host that sets PYTHONDONTWRITEBYTECODE (the project's GPU host does, and its torch ships
+# without __pycache__) compiles every module it imports again in each process -- about 4 s of a suite process's
+# start there (torch, transformers, the frameworks' kernel modules; docs/methods.md section 11) -- and a run starts
+# dozens (every traffic cell two or more). The bytecode then goes to .cache/pycache (PYTHONPYCACHEPREFIX): the
+# first process writes it, the later ones read it.
+if [ -n "${PYTHONDONTWRITEBYTECODE:-}" ] && [ -z "${PYTHONPYCACHEPREFIX:-}" ]; then
+  unset PYTHONDONTWRITEBYTECODE
+  export PYTHONPYCACHEPREFIX="$PWD/.cache/pycache"
+fi
 VENV=${ONELA_VENV:-.venv}
 PACK=${ONELA_BASELINE_PACK:-.baseline_pack}
 DRY=${ONELA_DRY_RUN:-}

@@ -136,6 +136,32 @@ def test_every_process_of_a_gpu_run_keeps_triton_autotune_results_on_disk(tmp_pa
         assert all(ln.endswith(f"TRITON_CACHE_AUTOTUNING={want}") for ln in started), started
 
 
+def test_a_gpu_run_keeps_bytecode_where_the_host_forbids_writing_it(tmp_path):
+    """A host that sets PYTHONDONTWRITEBYTECODE (the GPU host) would compile every import again in each process:
+    ./run_all.sh gives every process it starts PYTHONPYCACHEPREFIX=<repo>/.cache/pycache instead; a host that
+    writes bytecode, or names its own prefix, keeps its setting."""
+    log = tmp_path / "processes.log"
+    fake = tmp_path / "python"
+    fake.write_text("#!/bin/sh\n"
+                    "if [ \"$1\" = -c ]; then case \"$2\" in *device_count*) echo 1;; esac; exit 0; fi\n"
+                    f"echo \"$2 ${{PYTHONDONTWRITEBYTECODE:-write}} ${{PYTHONPYCACHEPREFIX:-none}}\" >> {log}\n")
+    fake.chmod(0o755)
+    (tmp_path / "pack").mkdir()
+    (tmp_path / "pack" / "MANIFEST.json").write_text("{}")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
+    for given, want in (({"PYTHONDONTWRITEBYTECODE": "1"}, f"write {REPO / '.cache' / 'pycache'}"),
+                        ({}, "write none"),
+                        ({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/elsewhere"}, "1 /elsewhere")):
+        log.unlink(missing_ok=True)
+        e = {**env, "ONELA_VENV": "none", "ONELA_PYTHON": str(fake), "ONELA_BASELINE_PACK": str(tmp_path / "pack"),
+             **given}
+        r = subprocess.run(["./run_all.sh", "gpu-suites", str(tmp_path / "run")], cwd=REPO, env=e,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        started = log.read_text().splitlines()
+        assert started and all(ln.split(" ", 1)[1] == want for ln in started), (given, started)
+
+
 def test_cpu_quick_plan():
     out = run_all("quick", ONELA_DRY_RUN="1")
     assert "suite=smoke results_dir=outputs/smoke/" in out and "plots.check results" in out
