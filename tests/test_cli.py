@@ -23,6 +23,7 @@ def run(tmp: Path, *argv: str) -> subprocess.CompletedProcess:
     (["tools.gather_bench", "extra"], "unrecognized arguments: extra"),
     (["tools.onela_correctness", "--geometry", "bogus"], "invalid choice: 'bogus'"),
     (["tools.hf_generate", "--systems", "vllm"], "invalid choice: 'vllm'"),
+    (["tools.hf_generate", "--stock-prefill-chunk", "0"], "--stock-prefill-chunk '0': give a token count"),
     (["tools.record_lineage", "--W", "0"], "--W 0: must be >= 1"),
     (["tools.record_lineage", "--cpu", "--path", "bogus"], "--path bogus: not a registered path"),
     (["tools.record_lineage", "--cpu", "--preset", "qwen9"], "--preset qwen9: unknown"),

@@ -334,6 +334,11 @@ def test_the_timing_tool_times_a_chunked_stock_prefill_as_one_prefill(tmp_path):
     from artifact.results import read_rows
     from tools import hf_generate
     assert hf_generate.prefill_calls(40, None) == 1 and hf_generate.prefill_calls(40, 16) == 3
+    gib = 2 ** 30            # auto: one call where the GPU holds stock's ~99 GiB prefill (an H200), chunks below
+    assert hf_generate.stock_prefill_chunk("auto", 141 * gib) is None
+    assert hf_generate.stock_prefill_chunk("auto", 80 * gib) == hf_generate.AUTO_PREFILL_CHUNK
+    assert hf_generate.stock_prefill_chunk("auto", None) is None and hf_generate.stock_prefill_chunk("none", gib) is None
+    assert hf_generate.stock_prefill_chunk("64", 141 * gib) == 64
     assert hf_generate.main(["--cpu", "--out", str(tmp_path), "--stock-prefill-chunk", "16"]) == 0
     rows = read_rows(tmp_path / "hf_generate.csv")
     assert [(r["path"], r["status"]) for r in rows] == [(hf_generate.STOCK, "ok"), (hf_generate.ONELA, "ok")]

@@ -10,9 +10,9 @@ beams returned). Systems:
 - `hf_generate`: stock `model.generate(num_beams=W)` (transformers' own cache, fla's kernels where installed).
   Its prefill runs R x W copies of the prompts, which at W = 256 needs about 99 GiB at 1K tokens; it runs at the
   prompts `--stock-prompts` names (default 1024), and a cell it cannot fit is recorded as skipped with the error.
-  On a GPU without that room (an 80 GB H100), `--stock-prefill-chunk N` has generate prefill in chunks of N
-  tokens (its own option prefill_chunk_size): the decode calls and the beams are the same, the prefill's time is
-  the chunked one, and the rows' timer says so.
+  On a GPU without that room (an 80 GB H100) generate prefills in chunks of 256 tokens (its own option
+  prefill_chunk_size; `--stock-prefill-chunk` sets the size, or none): the decode calls and the beams are the
+  same, the prefill's time is the chunked one, and the rows' timer says so.
 - `hf_generate_onela`: the same generate through `kernels.onela.transformers.onela_generate`.
 
 Per cell and system: `--warmup` untimed searches (compiles, autotunes; by default 1 for stock and 2 for OneLA, whose
@@ -71,6 +71,10 @@ TIME_COLUMNS = ["config_hash", "run_id", "path", "prompt_len", "O", "T", "transf
                 "decode_call_device_ms", "decode_call_device_ops", "generate_wall_ms", "decode_call_wall_ms",
                 "peak_gib", "searches", "beams_identical_to_stock", "max_score_diff_to_stock",
                 "same_selections_as_stock", "divergence_gap", "divergence_score_diff", "max_logit"]
+# Stock's one-call prefill of R x W = 1,024 prompts of 1K tokens peaks at ~99 GiB (H200); below this much GPU
+# memory `--stock-prefill-chunk auto` has generate prefill in chunks (~51 GiB at 256 tokens, on an H100).
+ONE_CALL_PREFILL_GIB = 120
+AUTO_PREFILL_CHUNK = 256
 LOGIT_REL_TOL = 2e-2      # bf16 logits against the uncached forward, relative to the largest |logit| (docstring)
 RECHECK_BEAMS = 4
 
@@ -85,10 +89,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--systems", nargs="+", choices=(STOCK, ONELA), default=[STOCK, ONELA])
     ap.add_argument("--stock-prompts", nargs="*", type=int, default=[1024],
                     help="prompt lengths at which stock generate runs (its prefill copies each prompt W times)")
-    ap.add_argument("--stock-prefill-chunk", type=int, default=None, metavar="TOKENS",
-                    help="stock generate prefills in chunks of TOKENS (its generation option prefill_chunk_size), "
-                         "for a GPU without room for the whole R x W prefill (default: in one call, as users run "
-                         "it)")
+    ap.add_argument("--stock-prefill-chunk", default="auto", metavar="TOKENS|none|auto",
+                    help="stock generate prefills in chunks of TOKENS (its generation option prefill_chunk_size); "
+                         "none: in one call, as users run it; auto (default): in one call on a GPU of at least "
+                         f"{ONE_CALL_PREFILL_GIB} GiB, else in chunks of {AUTO_PREFILL_CHUNK} tokens")
     ap.add_argument("--seed", type=int, default=0, help="weights and prompts, as the full-model suite seeds them")
     ap.add_argument("--warmup", type=int, default=None,
                     help="untimed searches per cell (default: 2 for OneLA, whose second captures the decode calls' "
@@ -99,6 +103,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--cpu", action="store_true",
                     help="run the plumbing on a CPU (tiny model, fp32, Triton interpreter): no performance numbers")
     args = ap.parse_args(argv)
+    chunk = args.stock_prefill_chunk
+    if chunk not in ("auto", "none") and not (chunk.isdigit() and int(chunk) >= 1):
+        ap.error(f"--stock-prefill-chunk {chunk!r}: give a token count >= 1, none or auto")
     if args.cpu:
         for name, value in CPU_DEFAULTS.items():
             if getattr(args, name) == ap.get_default(name):
@@ -109,6 +116,16 @@ def parse_args(argv=None) -> argparse.Namespace:
 # --cpu: the tiny preset at a tiny cell, once, in fp32 (what a CPU test can afford); flags given explicitly win.
 CPU_DEFAULTS = dict(model="tiny", dtype="float32", prompts=[40], O=[3], R=2, W=4, stock_prompts=[40], warmup=0,
                     repeats=1, out="outputs/hf_generate_cpu")
+
+
+def stock_prefill_chunk(arg: str, gpu_bytes: int | None) -> int | None:
+    """`--stock-prefill-chunk` as tokens per prefill call, None for one call; `gpu_bytes`: the GPU's memory (None:
+    no GPU, one call)."""
+    if arg == "none" or (arg == "auto" and (gpu_bytes is None or gpu_bytes >= ONE_CALL_PREFILL_GIB * 2 ** 30)):
+        return None
+    if arg == "auto":
+        return AUTO_PREFILL_CHUNK
+    return int(arg)
 
 
 def warmup_for(system: str, args: argparse.Namespace) -> int:
@@ -367,8 +384,11 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as folder:
         cfg, model = build_model(args, folder, device)
     geo = cfg.geometry
+    stock_chunk = stock_prefill_chunk(args.stock_prefill_chunk, torch.cuda.get_device_properties(0).total_memory
+                                      if device == "cuda" else None)
     write_env(out_dir / "env" / f"{run_id}.json", {
-        "suite": SUITE, "argv": sys.argv, "args": vars(args), "model": args.model, "dtype": args.dtype,
+        "suite": SUITE, "argv": sys.argv, "args": vars(args), "stock_prefill_chunk_tokens": stock_chunk,
+        "model": args.model, "dtype": args.dtype,
         "transformers": transformers_version(), "packages_hf": {
             p: _version(p) for p in ("transformers", "flash-linear-attention", "fla-core", "causal-conv1d")}})
     for L in args.prompts:
@@ -377,7 +397,7 @@ def main(argv=None) -> int:
             T = O - 1
             results = {}
             for system in [s for s in (STOCK, ONELA) if s in args.systems]:     # stock first: OneLA's row compares
-                chunk = args.stock_prefill_chunk if system == STOCK else None
+                chunk = stock_chunk if system == STOCK else None
                 cell = dict(suite=SUITE, path=system, geometry=args.model, R=args.R, W=args.W, T=T, HK=geo.hk,
                             HV=geo.hv, K=geo.k, V=geo.v, prompt_len=L, lineage="beam", seed=args.seed)
                 row = dict(cell, O=O, config_hash=config_hash(cell), run_id=run_id, git_commit=commit,
