@@ -111,28 +111,35 @@ def test_gpu_reproduce_plan_on_several_gpus_shards_every_suite(tmp_path):
     assert len(breakdown) == 1 and "shard" not in breakdown[0], breakdown      # one process, a few cells
 
 
-def test_every_process_of_a_gpu_run_keeps_triton_autotune_results_on_disk(tmp_path):
-    """./run_all.sh gpu-suites with a stand-in interpreter that logs each process it is started as: every suite,
-    tool and (through the environment they inherit) traffic child runs with TRITON_CACHE_AUTOTUNING=1, unless the
-    caller set it otherwise."""
+def started_processes(tmp_path, logged: str, drop: tuple[str, ...], **given) -> list[str]:
+    """./run_all.sh gpu-suites with a stand-in interpreter that logs each process it is started as ("<module>
+    <logged>", `logged` a shell expression over the environment the process inherits), the variables in `drop`
+    removed from the caller's environment and `given` set in it."""
     log = tmp_path / "processes.log"
+    log.unlink(missing_ok=True)
     fake = tmp_path / "python"
     fake.write_text("#!/bin/sh\n"
                     "if [ \"$1\" = -c ]; then case \"$2\" in *device_count*) echo 1;; esac; exit 0; fi\n"
-                    f"echo \"$2 TRITON_CACHE_AUTOTUNING=${{TRITON_CACHE_AUTOTUNING:-unset}}\" >> {log}\n")
+                    f"echo \"$2 {logged}\" >> {log}\n")
     fake.chmod(0o755)
-    (tmp_path / "pack").mkdir()
+    (tmp_path / "pack").mkdir(exist_ok=True)
     (tmp_path / "pack" / "MANIFEST.json").write_text("{}")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_CACHE_AUTOTUNING"}
-    for given, want in ((None, "1"), ("0", "0")):
-        log.unlink(missing_ok=True)
-        e = {**env, "ONELA_VENV": "none", "ONELA_PYTHON": str(fake), "ONELA_BASELINE_PACK": str(tmp_path / "pack"),
-             **({"TRITON_CACHE_AUTOTUNING": given} if given else {})}
-        r = subprocess.run(["./run_all.sh", "gpu-suites", str(tmp_path / "run")], cwd=REPO, env=e,
-                           capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stdout + r.stderr
-        started = log.read_text().splitlines()
-        assert {ln.split()[0] for ln in started} >= {"sweeps.run", "tools.hf_generate", "tools.decode_breakdown"}
+    e = {**{k: v for k, v in os.environ.items() if k not in drop}, "ONELA_VENV": "none", "ONELA_PYTHON": str(fake),
+         "ONELA_BASELINE_PACK": str(tmp_path / "pack"), **given}
+    r = subprocess.run(["./run_all.sh", "gpu-suites", str(tmp_path / "run")], cwd=REPO, env=e, capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    started = log.read_text().splitlines()
+    assert {ln.split()[0] for ln in started} >= {"sweeps.run", "tools.hf_generate", "tools.decode_breakdown"}
+    return started
+
+
+def test_every_process_of_a_gpu_run_keeps_triton_autotune_results_on_disk(tmp_path):
+    """Every suite, tool and (through the environment they inherit) traffic child runs with
+    TRITON_CACHE_AUTOTUNING=1, unless the caller set it otherwise."""
+    for given, want in (({}, "1"), ({"TRITON_CACHE_AUTOTUNING": "0"}, "0")):
+        started = started_processes(tmp_path, "TRITON_CACHE_AUTOTUNING=${TRITON_CACHE_AUTOTUNING:-unset}",
+                                    ("TRITON_CACHE_AUTOTUNING",), **given)
         assert all(ln.endswith(f"TRITON_CACHE_AUTOTUNING={want}") for ln in started), started
 
 
@@ -140,26 +147,12 @@ def test_a_gpu_run_keeps_bytecode_where_the_host_forbids_writing_it(tmp_path):
     """A host that sets PYTHONDONTWRITEBYTECODE (the GPU host) would compile every import again in each process:
     ./run_all.sh gives every process it starts PYTHONPYCACHEPREFIX=<repo>/.cache/pycache instead; a host that
     writes bytecode, or names its own prefix, keeps its setting."""
-    log = tmp_path / "processes.log"
-    fake = tmp_path / "python"
-    fake.write_text("#!/bin/sh\n"
-                    "if [ \"$1\" = -c ]; then case \"$2\" in *device_count*) echo 1;; esac; exit 0; fi\n"
-                    f"echo \"$2 ${{PYTHONDONTWRITEBYTECODE:-write}} ${{PYTHONPYCACHEPREFIX:-none}}\" >> {log}\n")
-    fake.chmod(0o755)
-    (tmp_path / "pack").mkdir()
-    (tmp_path / "pack" / "MANIFEST.json").write_text("{}")
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX")}
     for given, want in (({"PYTHONDONTWRITEBYTECODE": "1"}, f"write {REPO / '.cache' / 'pycache'}"),
                         ({}, "write none"),
                         ({"PYTHONDONTWRITEBYTECODE": "1", "PYTHONPYCACHEPREFIX": "/elsewhere"}, "1 /elsewhere")):
-        log.unlink(missing_ok=True)
-        e = {**env, "ONELA_VENV": "none", "ONELA_PYTHON": str(fake), "ONELA_BASELINE_PACK": str(tmp_path / "pack"),
-             **given}
-        r = subprocess.run(["./run_all.sh", "gpu-suites", str(tmp_path / "run")], cwd=REPO, env=e,
-                           capture_output=True, text=True, timeout=120)
-        assert r.returncode == 0, r.stdout + r.stderr
-        started = log.read_text().splitlines()
-        assert started and all(ln.split(" ", 1)[1] == want for ln in started), (given, started)
+        started = started_processes(tmp_path, "${PYTHONDONTWRITEBYTECODE:-write} ${PYTHONPYCACHEPREFIX:-none}",
+                                    ("PYTHONDONTWRITEBYTECODE", "PYTHONPYCACHEPREFIX"), **given)
+        assert all(ln.split(" ", 1)[1] == want for ln in started), (given, started)
 
 
 def test_cpu_quick_plan():
