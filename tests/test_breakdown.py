@@ -306,6 +306,20 @@ def test_a_cell_whose_attribution_fails_keeps_its_traces_and_the_run_goes_on(tmp
     assert len(list(out.rglob("eager_trace.json.gz"))) == 2 and not (out / tool.CSV_NAME).exists()
 
 
+def test_a_second_run_into_the_folder_skips_the_cells_it_holds(tmp_path):
+    """./run_all.sh resumed runs the tool again into its run folder: cells already broken down are skipped, the
+    others run, so the table holds each cell once."""
+    import csv
+    from tools import decode_breakdown as tool
+    out = tmp_path / "res"
+    args = ["--cpu", "--out", str(out), "--paths", "reference_fullstate", "--R", "2", "--W", "4", "--O", "2"]
+    assert tool.main(args + ["--prompts", "9"]) == 0
+    assert tool.main(args + ["--prompts", "9", "5"]) == 0
+    with open(out / tool.CSV_NAME, newline="") as f:
+        totals = [r["prompt_len"] for r in csv.DictReader(f) if r["component"] == tool.TOTAL]
+    assert totals == ["9", "5"]
+
+
 def test_a_cell_that_fails_the_gate_is_recorded_and_not_broken_down(tmp_path):
     """The breakdown takes the full_model suite's measurement: a decode over the gate's tolerance is a failed
     cell (its reason in the env record), never timed or attributed; a tolerance that is no number is refused."""

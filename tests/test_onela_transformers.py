@@ -347,3 +347,17 @@ def test_the_timing_tool_times_a_chunked_stock_prefill_as_one_prefill(tmp_path):
             for line in (tmp_path / hf_generate.TIMES).read_text().splitlines()[1:]]
     assert side[1]["beams_identical_to_stock"] == "True"
     assert all(float(t["decode_call_device_ops"]) > 0 for t in side)
+
+
+def test_the_timing_tool_resumes_a_folder_without_measuring_a_cell_twice(tmp_path):
+    """A second run into the same folder (./run_all.sh resumed) skips the cells whose rows it holds, as a resumed
+    sweep does: the results table keeps one row per cell (a second row of a cell would be a refused line)."""
+    from artifact.results import read_table
+    from tools import hf_generate
+    assert hf_generate.main(["--cpu", "--out", str(tmp_path), "--systems", hf_generate.STOCK]) == 0
+    assert hf_generate.main(["--cpu", "--out", str(tmp_path)]) == 0
+    table = read_table(tmp_path / "hf_generate.csv")
+    rows = table.whole()
+    assert [r["path"] for r in rows] == [hf_generate.STOCK, hf_generate.ONELA] and not table.refused
+    side = (tmp_path / hf_generate.TIMES).read_text().splitlines()[1:]
+    assert len(side) == 2 and side[1].split(",")[hf_generate.TIME_COLUMNS.index("beams_identical_to_stock")] == ""

@@ -18,7 +18,8 @@ call, captured on the decoy prompt):
 4. floors: artifact.model.cost.component_costs (bytes / measured copy bandwidth against FLOPs / measured matrix
    rate per component; their bytes and FLOPs add up to the Fig 6 row's floor), at the ceilings this run
    measures (artifact.measure.measure_ceilings).
-Writes DIR/full_model_breakdown.csv (appended: one row per path, prompt, O and component), DIR/env/<run_id>.json
+Writes DIR/full_model_breakdown.csv (appended: one row per path, prompt, O and component; a cell it already holds
+is skipped, so a resumed ./run_all.sh measures each once), DIR/env/<run_id>.json
 (env record: ceilings, per-cell summaries, attribution notes, a failed cell's error) and
 DIR/full_model_breakdown/<run_id>/<path>_L<prompt>_O<O>.csv (every device op of the profiled search: call,
 position, name, region, component, us, eager twin's us); a cell whose attribution fails keeps its profiler
@@ -187,6 +188,17 @@ def _print_cell(rows: list[dict]) -> None:
         print(f"  {r['component']:22s} {r['measured_ms']:9.4f} {fs} {ratio:8.2f}  {r.get('bound', '')}")
 
 
+def recorded_cells(csv_path: Path) -> set[tuple]:
+    """(path, model, R, W, O, prompt_len) of every cell whose total row the table holds: a run into a folder that
+    has them (./run_all.sh resumed) skips those cells, as a resumed sweep does; a failed cell has no rows and
+    runs again."""
+    if not csv_path.exists():
+        return set()
+    with open(csv_path, newline="") as f:
+        return {(r["path"], r["model"], int(r["R"]), int(r["W"]), int(r["O"]), int(r["prompt_len"]))
+                for r in csv.DictReader(f) if r.get("component") == TOTAL}
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
     from artifact.measure import free_device_memory, measure_ceilings
@@ -216,9 +228,13 @@ def main(argv=None) -> int:
     inputs = FullModelInputs(device)
     model = inputs.model(model_name, args.seed)
     T, failed = args.O - 1, 0
+    done = recorded_cells(out / CSV_NAME)
     for prompt_len in args.prompts:
         for path in args.paths:
             cell = f"{path}_L{prompt_len}_O{args.O}"
+            if (path, model_name, args.R, args.W, args.O, prompt_len) in done:     # resumed: broken down before
+                print(f"[decode_breakdown] {cell}: recorded earlier in {out / CSV_NAME}", flush=True)
+                continue
             try:
                 rows, summary, table = measure_cell(
                     inputs, model, model_name, path, args.R, args.W, T, prompt_len, args, ceilings, compile,

@@ -44,11 +44,13 @@ returned beam's score and its score recomputed by the stock model's uncached for
 best beams of each request), against a tolerance of 2 T x 2e-2 x the largest |logit| (bf16 logits are good to
 about 1e-2 of the largest through 24 layers; a log-softmax difference is at most twice a logit's; T calls).
 
-Writes DIR/hf_generate.csv (the results schema, artifact.results: suite hf_generate, one row per system and cell),
-DIR/hf_generate_times.csv (per row, joined on config_hash and run_id: prefill, per-call, wall and memory numbers,
-beam agreement), DIR/env/<run_id>.json (the env record, transformers' and fla's versions included) and
-DIR/env/<run_id>.wall.json (the run's wall time, by system, as a sweep writes it: the expected time that
-./run_all.sh and README's claims table give for this tool come from it).
+Writes DIR/hf_generate.csv (the results schema, artifact.results: suite hf_generate, one row per system and
+cell; a run into a folder that already holds a cell's row skips that cell, as a resumed sweep does -- OneLA's
+comparison with stock is then made only where both ran in this run), DIR/hf_generate_times.csv (per row,
+joined on config_hash and run_id: prefill, per-call, wall and memory numbers, beam agreement),
+DIR/env/<run_id>.json (the env record, transformers' and fla's versions included) and DIR/env/<run_id>.wall.json
+(the run's wall time, by system, as a sweep writes it: the expected time that ./run_all.sh and README's claims
+table give for this tool come from it).
 """
 from __future__ import annotations
 
@@ -371,7 +373,7 @@ def main(argv=None) -> int:
         return 2
     from artifact.model.prefill import random_prompts
     from artifact.env_record import write_env
-    from artifact.results import append_csv, append_row, config_hash, git_commit, new_run_id
+    from artifact.results import append_csv, append_row, config_hash, git_commit, new_run_id, read_table
     from artifact.timing import summarize
     from kernels.onela.transformers import check_transformers, transformers_version
     check_transformers()
@@ -391,6 +393,7 @@ def main(argv=None) -> int:
         "model": args.model, "dtype": args.dtype,
         "transformers": transformers_version(), "packages_hf": {
             p: _version(p) for p in ("transformers", "flash-linear-attention", "fla-core", "causal-conv1d")}})
+    recorded = {r["config_hash"] for r in read_table(out_dir / f"{SUITE}.csv").whole()}
     for L in args.prompts:
         ids = random_prompts(args.R, L, cfg.vocab_size, args.seed, device=device)
         for O in args.O:
@@ -400,6 +403,9 @@ def main(argv=None) -> int:
                 chunk = stock_chunk if system == STOCK else None
                 cell = dict(suite=SUITE, path=system, geometry=args.model, R=args.R, W=args.W, T=T, HK=geo.hk,
                             HV=geo.hv, K=geo.k, V=geo.v, prompt_len=L, lineage="beam", seed=args.seed)
+                if config_hash(cell) in recorded:        # resumed: a cell one row per table already holds
+                    print(f"{system:18s} L={L} O={O}: recorded earlier in {out_dir / (SUITE + '.csv')}", flush=True)
+                    continue
                 row = dict(cell, O=O, config_hash=config_hash(cell), run_id=run_id, git_commit=commit,
                            timer=("host clock, CPU plumbing run (not performance)" if args.cpu else
                                   f"CUDA events around each model call; {warmup_for(system, args)} warm-up + "
