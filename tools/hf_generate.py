@@ -400,18 +400,18 @@ def main(argv=None) -> int:
             T = O - 1
             results = {}
             for system in [s for s in (STOCK, ONELA) if s in args.systems]:     # stock first: OneLA's row compares
-                chunk = stock_chunk if system == STOCK else None
+                chunk, warm = (stock_chunk if system == STOCK else None), warmup_for(system, args)
                 cell = dict(suite=SUITE, path=system, geometry=args.model, R=args.R, W=args.W, T=T, HK=geo.hk,
                             HV=geo.hv, K=geo.k, V=geo.v, prompt_len=L, lineage="beam", seed=args.seed)
-                if config_hash(cell) in recorded:        # resumed: a cell one row per table already holds
+                h = config_hash(cell)
+                if h in recorded:                        # resumed: a cell one row per table already holds
                     print(f"{system:18s} L={L} O={O}: recorded earlier in {out_dir / (SUITE + '.csv')}", flush=True)
                     continue
-                row = dict(cell, O=O, config_hash=config_hash(cell), run_id=run_id, git_commit=commit,
+                graphs = system == ONELA and warm >= 2
+                row = dict(cell, O=O, config_hash=h, run_id=run_id, git_commit=commit,
                            timer=("host clock, CPU plumbing run (not performance)" if args.cpu else
-                                  f"CUDA events around each model call; {warmup_for(system, args)} warm-up + "
-                                  f"{args.repeats} searches, " + ("decode calls replayed as CUDA graphs"
-                                                                  if system == ONELA and warmup_for(system, args) >= 2
-                                                                  else "eager"))
+                                  f"CUDA events around each model call; {warm} warm-up + {args.repeats} searches, "
+                                  + ("decode calls replayed as CUDA graphs" if graphs else "eager"))
                            + ("" if chunk is None else f"; prefill in chunks of {chunk} tokens (generate's "
                                                        "prefill_chunk_size)"),
                            tolerance=LOGIT_REL_TOL)
@@ -427,8 +427,7 @@ def main(argv=None) -> int:
                                                         f"W={args.W} times")
                 else:
                     try:
-                        out, m = run_cell(system, model, ids, args.W, O, warmup_for(system, args),
-                                          args.repeats, prefill_chunk=chunk)
+                        out, m = run_cell(system, model, ids, args.W, O, warm, args.repeats, prefill_chunk=chunk)
                     except torch.cuda.OutOfMemoryError as e:
                         row.update(status="skipped", reason=f"out of GPU memory: {str(e).splitlines()[0][:160]}")
                     except Exception as e:  # noqa: BLE001 - a failing cell is recorded and the run goes on
