@@ -57,11 +57,10 @@ import inspect
 import os
 
 import torch
-import torch.nn.functional as F
 
 from artifact.model.attention import select_prompt_attention, shared_prefix_attention
-from artifact.model.beam_state import BeamTree, ConvHistory, KvHistory, window
-from artifact.model.layers import causal_conv_step
+from artifact.model.beam_state import BeamTree, ConvHistory, KvHistory
+from artifact.model.blocks import DecodeOps
 from artifact.workload import Geometry
 from kernels.checks import kernel_supports
 from kernels.onela.op import OneLA
@@ -142,6 +141,9 @@ def check_model(model) -> None:
         if kind == GDN:
             if mixer.conv1d.bias is not None:
                 raise ValueError(f"kernels.onela.transformers: layer {i}'s conv1d has a bias (Qwen3.5's has none)")
+            if not all(hasattr(mixer.norm, n) for n in ("weight", "variance_epsilon")):
+                raise ValueError(f"kernels.onela.transformers: layer {i}'s GDN norm {type(mixer.norm).__name__} has no "
+                                 "weight / variance_epsilon (Qwen3.5's gated RMSNorm)")
             if getattr(mixer, "activation", "silu") != "silu":
                 raise ValueError(f"kernels.onela.transformers: layer {i}'s conv activation {mixer.activation!r} "
                                  "is not silu")
@@ -202,16 +204,22 @@ class OneLABeamCache:
         g = self.geometry
         self.tree = BeamTree("ancestry", num_requests, beam_width, max_steps, dev)
         self.ops, self.conv, self.kv, self.prompt_kv = {}, {}, {}, {}
-        # per GDN layer, what every decode call reads of its weights in fp32: the conv taps [C, width] and -exp(A_log)
-        self.conv_taps, self.neg_decay = {}, {}
+        # per GDN layer, what the decode's fused GDN ops read of its weights in fp32: the conv taps [C, width],
+        # A_log, dt_bias and the output norm's weight
+        self.conv_taps, self.gdn_params, self.norm_w = {}, {}, {}
+        # conv + gates, the gated output norm and the attention's own-KV merge with the output gate: our kernels
+        # (artifact.registry.DECODE_KERNELS), as the project's decoder runs them on a GPU; on a CPU under the
+        # Triton interpreter, which the OneLA ops need there anyway
+        self.fused = DecodeOps(kernels=True)
         for i, (layer, kind) in enumerate(zip(model.model.layers, self.kinds)):
             if kind == GDN:
                 m = layer.linear_attn
                 self.ops[i] = OneLA(num_requests, beam_width, max_steps, num_k_heads=g.hk, num_v_heads=g.hv,
                                     head_k_dim=g.k, head_v_dim=g.v, device=dev, check_parents=False)
                 self.conv[i] = ConvHistory(self.tree, m.conv_dim, m.conv_kernel_size, dt, dev)
-                self.conv_taps[i] = m.conv1d.weight[:, 0, :].float()
-                self.neg_decay[i] = -m.A_log.float().exp()
+                self.conv_taps[i] = m.conv1d.weight[:, 0, :].float().contiguous()
+                self.gdn_params[i] = (m.A_log.float().contiguous(), m.dt_bias.float().contiguous())
+                self.norm_w[i] = m.norm.weight.float().contiguous()
             else:
                 a = layer.self_attn
                 self.kv[i] = KvHistory(self.tree, a.config.num_key_value_heads, a.head_dim, dt, dev)
@@ -360,24 +368,24 @@ class OneLABeamCache:
         return model.lm_head(inner.norm(x))
 
     def _gdn(self, i, m, h, t):
-        """Qwen3_5GatedDeltaNet's single-token decode with the conv window read through the ancestry and the
-        recurrence through OneLA."""
+        """Qwen3_5GatedDeltaNet's single-token decode: the model's projections, then the conv (its window read
+        through the ancestry) and the gates in one pass, the recurrence through OneLA, the gated output norm, the
+        model's out_proj."""
         R, W, g = self.R, self.W, self.geometry
         N = R * W
         qkv = m.in_proj_qkv(h).view(R, W, -1)
-        z = m.in_proj_z(h)
-        b, a = m.in_proj_b(h).view(R, W, -1), m.in_proj_a(h).view(R, W, -1)
+        z = m.in_proj_z(h).view(R, W, g.hv, g.v)
+        ba = torch.cat([m.in_proj_b(h), m.in_proj_a(h)], dim=-1).view(R, W, -1)        # [b | a]
         conv = self.conv[i]
-        mixed = causal_conv_step([window(e) for e in conv.history(t)], qkv, self.conv_taps[i])
-        conv.keep(t, [qkv.contiguous()])
+        mixed, (beta, gate), kept = self.fused.conv_gates(qkv, conv.history(t), conv.carry, self.conv_taps[i], ba,
+                                                          *self.gdn_params[i])
+        conv.keep(t, kept)
         q, k, v = torch.split(mixed, [m.key_dim, m.key_dim, m.value_dim], dim=-1)
         q, k = q.unflatten(-1, (g.hk, g.k)), k.unflatten(-1, (g.hk, g.k))
         v = v.unflatten(-1, (g.hv, g.v))
-        beta = b.sigmoid().float().contiguous()                 # as transformers: the sigmoid in the model dtype
-        gate = (self.neg_decay[i] * F.softplus(a.float() + m.dt_bias)).contiguous()
         o = self.ops[i].step(q, k, v, gate, beta, self.tree.parents)        # [R, W, HV, V]
-        o = m.norm(o.reshape(-1, g.v), z.reshape(-1, g.v)).reshape(N, 1, -1)
-        return m.out_proj(o)
+        o = self.fused.gated_norm(o, z, self.norm_w[i], m.norm.variance_epsilon)    # [R, W, HV V]
+        return m.out_proj(o.view(N, 1, -1))
 
     def _attn(self, i, m, h, cos, sin, t):
         """Qwen3_5Attention's single-token decode against the prompt KV shared by the request's beams plus the
@@ -385,8 +393,7 @@ class OneLABeamCache:
         R, W = self.R, self.W
         N, D = R * W, m.head_dim
         rope = self.rope
-        query, gate = torch.chunk(m.q_proj(h).view(N, 1, -1, 2 * D), 2, dim=-1)
-        gate = gate.reshape(N, 1, -1)
+        query, gate = torch.chunk(m.q_proj(h).view(N, 1, -1, 2 * D), 2, dim=-1)      # [N, 1, nq, D] each
         q = m.q_norm(query).transpose(1, 2)                                 # [N, nq, 1, D]
         k = m.k_norm(m.k_proj(h).view(N, 1, -1, D)).transpose(1, 2)        # [N, nkv, 1, D]
         v = m.v_proj(h).view(R, W, -1, D)
@@ -394,8 +401,9 @@ class OneLABeamCache:
         q, k = q.reshape(R, W, -1, D), k.reshape(R, W, -1, D)
         k_own, v_own = self.kv[i].step(t, k, v)
         k_prompt, v_prompt = self.prompt_kv[i]
-        o = shared_prefix_attention(self.attn_impl, q, k_prompt, v_prompt, k_own, v_own, m.scaling)
-        return m.o_proj(o.reshape(N, 1, -1) * torch.sigmoid(gate))
+        o = shared_prefix_attention(self.attn_impl, q, k_prompt, v_prompt, k_own, v_own, m.scaling,
+                                    merge=self.fused.merge_own_kv, gate=gate.view(R, W, -1, D))   # gated, [R, W, nq, D]
+        return m.o_proj(o.reshape(N, 1, -1))
 
     def _output(self, original_forward, logits):
         from transformers.modeling_outputs import CausalLMOutputWithPast
