@@ -614,4 +614,6 @@ def test_repeated_onela_traffic_runs_agree_within_2_percent(tmp_path, gpu_to_its
     rows = list(traffic.run_cells(cfg, cells, ctx))
     assert all(r["status"] == "ok" for r in rows), [r["reason"] for r in rows]
     totals = [r["dram_read_bytes"] + r["dram_write_bytes"] for r in rows]
+    for r in rows:     # the runs' MiB, for the log (-rA)
+        print(f"read {r['dram_read_bytes'] / 2**20:.1f} MiB, written {r['dram_write_bytes'] / 2**20:.1f} MiB")
     assert max(totals) <= 1.02 * min(totals), [t / 2**20 for t in totals]
