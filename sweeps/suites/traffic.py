@@ -17,14 +17,15 @@ whole run; the row names the method that produced its numbers and every earlier 
   (ncu-kernel-cache-all is opt-in: ncu's default cache flush loses each kernel's dirty L2 residue)
 
 Cache policy (all methods): caches are not flushed between kernels (--cache-control none), so the sum is the
-traffic of the run as it happens. Before the run, a clean read of a 4xL2 buffer empties L2 without leaving
-dirty lines; after it, a second clean read (the drain, its own range) evicts what the run left dirty, and
-those write-backs count as the run's writes; the drain's reads do not count. A census child (torch.profiler
-trace, no counters) lists the kernels and copies of one run: a per-kernel result must have measured exactly
-those kernels, and memcpy/memset bytes, which per-kernel profiling cannot see, are added from their sizes
-(the reason says so). Each method is calibrated once per run on a kernel copy of known size (1 GiB, and 16
-MiB that fits in L2 so its writes are seen only through the drain): measured/expected goes into the
-reason and results/env/<run_id>.traffic.json. Per-kernel bytes of every cell: results/traffic/<run_id>/.
+traffic of the run as it happens. Before the run, a clean read of a 4xL2 buffer empties L2 without leaving dirty
+lines; after it, a second clean read (the drain, its own range) evicts what the run left dirty, and those write-
+backs count as the run's writes; the drain's reads do not count. A census child (torch.profiler trace, no counters)
+lists the kernels and copies of one run: a per-kernel result must have measured exactly those kernels, and
+memcpy/memset bytes, which per-kernel profiling cannot see, are added from their sizes (the reason says so). Before
+the first cell, one discarded child runs it under the first method (`prime`: a fresh machine's first profiled
+process counts extra writes). Each method is calibrated once per run on a kernel copy of known size (1 GiB, and 16
+MiB that fits in L2 so its writes are seen only through the drain): measured/expected goes into the reason and
+results/env/<run_id>.traffic.json. Per-kernel bytes of every cell: results/traffic/<run_id>/.
 
 FLOPs: the child counts them (traffic_child.path_flops: the path's cost model, artifact.cost, the count every
 floor uses). Arithmetic intensity = flops / (dram_read_bytes +
@@ -54,7 +55,7 @@ from sweeps.context import phase_clock
 METRICS = ("dram__bytes_read.sum", "dram__bytes_write.sum")
 DRAIN_KERNEL = "_l2_read_kernel"
 
-CALIBRATION = "(counter calibration)"      # the wall record's label of a method's calibration children
+CALIBRATION = "(counter calibration)"      # the wall record's label of the priming and calibration children
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHILD_MODULE = "sweeps.suites.traffic_child"
 
@@ -428,17 +429,33 @@ def _num(x):
     return "" if math.isnan(v) else v
 
 
+def _cell_target(cell: dict) -> tuple[dict, list[str]]:
+    """The cell's fields a child needs, and the child's arguments that name it as its target."""
+    cell_json = {k: cell.get(k) for k in ("path", "geometry", "HK", "HV", "K", "V", "R", "W", "T", "prompt_len",
+                                          "lineage", "seed") if k in cell}
+    cell_args = ["--target", "path", "--cell", json.dumps(cell_json, default=str)]
+    if cell.get("tolerance") not in (None, ""):
+        cell_args += ["--tolerance", str(cell["tolerance"])]
+    return cell_json, cell_args
+
+
+def prime(cell: dict, opts: TrafficOptions, workdir: Path, device: str | None = None) -> dict:
+    """One discarded child: `cell` under the ladder's first method, before any row is measured. The first
+    profiled process on a fresh machine counts ~9 MiB more DRAM writes than every later one (docs/methods.md
+    §6); this child pays that, and its bytes go to the run's env record only, never to a row."""
+    o = run_attempt(ATTEMPTS[opts.ladder[0]], _cell_target(cell)[1], opts, workdir, None, device)
+    return {"attempt": opts.ladder[0], "cell": _cell_target(cell)[0], "status": o.status, "message": o.message[:400],
+            "dram_read_bytes": _num(o.read) if o.status == "ok" else "",
+            "dram_write_bytes": _num(o.write) if o.status == "ok" else ""}
+
+
 def measure_cell(cell: dict, opts: TrafficOptions, workdir: Path, calibrations: dict, device: str | None = None,
                  on_calibration=None, phase=None) -> dict:
     """The measured fields of one cell's row (status, reason, dram_*_bytes, flops, ...). `phase(name, shared=None)`
     (sweeps.context.RunContext.phase) books the census child, the counter attempts and a method's first
     calibration (under CALIBRATION: it serves every later cell) to the run's wall record."""
     phase = phase or untimed
-    cell_json = {k: cell.get(k) for k in ("path", "geometry", "HK", "HV", "K", "V", "R", "W", "T", "prompt_len",
-                                          "lineage", "seed") if k in cell}
-    cell_args = ["--target", "path", "--cell", json.dumps(cell_json, default=str)]
-    if cell.get("tolerance") not in (None, ""):
-        cell_args += ["--tolerance", str(cell["tolerance"])]
+    cell_json, cell_args = _cell_target(cell)
     with phase("census"):
         census, stop = _census(cell_args, opts, workdir, device) if opts.census else (None, None)
     ladder = [ATTEMPTS[n] for n in opts.ladder]
@@ -490,17 +507,22 @@ def run_cells(cfg, cells: list[dict], ctx):
     workdir.mkdir(parents=True, exist_ok=True)
     calib_file = Path(ctx.results_dir) / "env" / f"{ctx.run_id}.traffic.json"
     calibrations: dict = {}
+    priming: dict = {}
 
     def save(cal):
         calib_file.parent.mkdir(parents=True, exist_ok=True)
-        calib_file.write_text(json.dumps({"metrics": METRICS, "ladder": list(opts.ladder), "calibrations": cal},
-                                         indent=1, default=str))
+        calib_file.write_text(json.dumps({"metrics": METRICS, "ladder": list(opts.ladder), "priming": priming,
+                                          "calibrations": cal}, indent=1, default=str))
 
     device = str(ctx.device) if ctx.on_gpu else None
     if ctx.on_gpu:
         import torch
         torch.cuda.empty_cache()          # leave the children the memory this process is not using
-    for cell in cells:
+    for i, cell in enumerate(cells):
+        if i == 0 and ctx.on_gpu:
+            with phase_clock(ctx)("calibration", shared=CALIBRATION):
+                priming.update(prime(cell, opts, workdir, device))
+            save(calibrations)
         ctx.started(cell)
         row = dict(cell)
         if not ctx.on_gpu:
