@@ -10,7 +10,19 @@ one written, per (beam, head). Patterns: the real ancestry (lineage 'beam'), the
 bytes, streamed) and the grid ordered heads-fastest; the store as [T, R, W, H, 128] (`store_rwh`) or
 [T, R, H, W, 128] (`store_rhw`: GtrStore's memory order, a head's rows of one step contiguous, so a beam tile's
 rows are near one another). Reference: a torch copy of the same bytes. Each kernel is captured in a CUDA graph and
-timed by artifact.timing.time_replay (median, L2 flushed before each replay)."""
+timed by artifact.timing.time_replay (median, L2 flushed before each replay).
+
+Deep steps (`gather_runs`, kernels/NOTES.md §6): the same sum over every depth of a deep step (30 and 63; R = 4,
+W = 512, both lineages), a beam tile of BB beams per program, visiting the beams in one of two orders and loading
+rows in one of two ways:
+  score order   beam tiles as the kernels take them today (positions 0..W-1);
+  tree order    the beams sorted by their ancestral chains (`tree_order`), so the beams that share a record at a
+                depth sit next to one another in a tile at every depth;
+  plain         every beam gathers its own row (what the kernels do);
+  runs          only the first beam of each run of equal records loads the row (the others' loads are masked
+                off) and the tile's rows are then selected from it through shared memory (`tl.gather`).
+It prints the time per depth and the rows each variant loads against the rows gathered, so the selection's cost
+in shared memory shows beside the bytes it saves. Writes gather_bw.json (both parts)."""
 import json
 import os
 import sys
@@ -19,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from artifact.ancestry import build
+from artifact.ancestry import advance, build
 from artifact.timing import capture_graph, time_replay
 from artifact.workload import make_workload
 from tools import no_argument_gpu_tool
@@ -49,6 +61,117 @@ def gather_sum(store_ptr, anc_ptr, out_ptr, R, W, H, T_CAP, STEP: tl.constexpr, 
             row = ((j * R + r) * W + slot) * H + h
         acc += tl.load(store_ptr + row.to(tl.int64)[:, None] * K + offs_k[None, :]).to(tl.float32)
     tl.store(out_ptr + ((r * W + offs_b) * H + h).to(tl.int64)[:, None] * K + offs_k[None, :], acc.to(tl.bfloat16))
+
+
+@triton.jit
+def _max(a, b):
+    return tl.maximum(a, b)
+
+
+@triton.jit
+def _depth_rows(store_ptr, anc_ptr, j, r, h, beam, lane, offs_k, R, W, H, T_CAP, BB: tl.constexpr, K: tl.constexpr,
+                RUNS: tl.constexpr):
+    """The tile's rows of depth j, fp32 [BB, K]: each beam's own gather, or (RUNS) one load per run of equal
+    slots, selected for the run's other beams through shared memory."""
+    slot = tl.load(anc_ptr + (r * W + beam) * T_CAP + j)
+    ptrs = store_ptr + _row_rhw(j, r, h, slot, R, H, W).to(tl.int64)[:, None] * K + offs_k[None, :]
+    if RUNS:
+        prev = tl.gather(slot, tl.maximum(lane - 1, 0), 0)
+        first = (lane == 0) | (slot != prev)
+        head = tl.associative_scan(tl.where(first, lane, 0), 0, _max)
+        rows = tl.load(ptrs, mask=first[:, None], other=0.0)
+        rows = tl.gather(rows, tl.broadcast_to(head[:, None], (BB, K)), 0)
+    else:
+        rows = tl.load(ptrs)
+    return rows.to(tl.float32)
+
+
+@triton.jit
+def gather_runs(store_ptr, anc_ptr, order_ptr, out_ptr, R, W, H, T_CAP, STEP, BB: tl.constexpr, K: tl.constexpr,
+                RUNS: tl.constexpr, STAGES: tl.constexpr):
+    """Per (beam, head): the sum of its STEP ancestral rows, the program's BB beams taken at positions
+    [pid * BB, pid * BB + BB) of `order` (a permutation of each request's beams). RUNS: a row is loaded only by
+    the first beam of a run of equal slots in the tile (adjacent in `order`) and selected for the rest."""
+    pid_b = tl.program_id(0)
+    pid_rh = tl.program_id(1)
+    r = pid_rh // H
+    h = pid_rh % H
+    lane = tl.arange(0, BB)
+    beam = tl.load(order_ptr + r * W + pid_b * BB + lane)
+    offs_k = tl.arange(0, K)
+    acc = tl.zeros([BB, K], dtype=tl.float32)
+    if STAGES == 0:         # the interpreter takes no range over a run-time bound
+        j = 0
+        while j < STEP:
+            acc += _depth_rows(store_ptr, anc_ptr, j, r, h, beam, lane, offs_k, R, W, H, T_CAP, BB, K, RUNS)
+            j += 1
+    else:
+        for j in tl.range(0, STEP, num_stages=STAGES):
+            acc += _depth_rows(store_ptr, anc_ptr, j, r, h, beam, lane, offs_k, R, W, H, T_CAP, BB, K, RUNS)
+    tl.store(out_ptr + ((r * W + beam) * H + h).to(tl.int64)[:, None] * K + offs_k[None, :], acc.to(tl.bfloat16))
+
+
+def tree_order(table: torch.Tensor, step: int) -> torch.Tensor:
+    """Each request's beams sorted by their ancestral chains at `step` (ancestry table [R, W, >= step], CPU):
+    int32 [R, W]. Beams with the same ancestor at depth j share every slot of depths <= j, so they are adjacent
+    at every depth."""
+    import numpy as np
+    rows = [np.lexsort(table[r, :, :step].numpy().T[::-1]) for r in range(table.shape[0])]
+    return torch.from_numpy(np.stack(rows).astype(np.int32))
+
+
+def rows_loaded(table: torch.Tensor, order: torch.Tensor, step: int, bb: int, runs: bool) -> int:
+    """Rows `gather_runs` loads: one per (beam, depth), or with `runs` one per run of equal slots in a tile."""
+    R, W = order.shape
+    if not runs:
+        return R * W * step
+    a = torch.gather(table[:, :, :step], 1, order.long()[:, :, None].expand(R, W, step)).view(R, W // bb, bb, step)
+    return int(R * (W // bb) * step + (a[:, :, 1:] != a[:, :, :-1]).sum())
+
+
+def deep(out: dict) -> None:
+    """The deep-step part (see the module docstring)."""
+    R, W, H, K = 4, 512, 16, 128
+    for lineage in ("beam", "model"):
+        for step in (30, 63):
+            # the parents the suites' workloads carry (drawn on the GPU, as beam_scaling draws them)
+            parents = make_workload("qwen3_5_0_8b", R, W, step + 1, lineage=lineage, seed=0, device="cuda",
+                                    prompt_len=0).parents.cpu()
+            table = torch.zeros(R, W, step + 1, dtype=torch.int32)
+            for t in range(1, step + 1):
+                table = advance(table, parents[t], t)
+            orders = {"score": torch.arange(W, dtype=torch.int32).expand(R, W).contiguous(),
+                      "tree": tree_order(table, step)}
+            anc = table.contiguous().cuda()
+            store = torch.randn(step, R, H, W, K, device="cuda").to(torch.bfloat16)
+            o = torch.empty(R, W, H, K, device="cuda", dtype=torch.bfloat16)
+            distinct = sum(table[r, :, j].unique().numel() for r in range(R) for j in range(step))
+            ref = None
+            for oname, order in orders.items():
+                order_d = order.cuda()
+                for runs in (False, True):
+                    for bb, warps in ((64, 4), (128, 8)):
+                        kern = lambda: gather_runs[(W // bb, R * H)](store, anc, order_d, o, R, W, H, step + 1, step,  # noqa: E731
+                                                                     BB=bb, K=K, RUNS=runs, STAGES=3,
+                                                                     num_warps=warps)
+                        key = f"{lineage} step{step} {oname} {'runs' if runs else 'plain'} BB{bb}"
+                        try:
+                            kern()
+                        except Exception as e:  # noqa: BLE001 - a variant that does not compile is a result too
+                            out[key] = {"error": f"{type(e).__name__}: {e}"[:300]}
+                            print(f"{key:34s} failed: {out[key]['error']}", flush=True)
+                            continue
+                        if ref is None:
+                            ref = o.clone()
+                        ok = torch.equal(o, ref)
+                        ms = bench(kern)
+                        loaded = rows_loaded(table, order, step, bb, runs)
+                        out[key] = {"ms": ms, "rows_loaded": loaded, "rows_gathered": R * W * step,
+                                    "distinct_per_request": distinct, "same_sums": ok}
+                        print(f"{key:34s} {ms*1e3:7.1f} us  {ms*1e3/step:5.2f} us/depth  rows loaded "
+                              f"{R*W*step/loaded:5.2f}x fewer than gathered (per request {R*W*step/distinct:5.2f}x)  "
+                              f"{H*loaded*K*2/ms/1e9:5.2f} TB/s of loaded rows{'' if ok else '  SUMS DIFFER'}",
+                              flush=True)
 
 
 def bench(fn) -> float:
@@ -90,6 +213,7 @@ def main(argv=None) -> int:
         ms = bench(lambda: dst.copy_(src))
         print(f"R{R} torch copy of the raw bytes: {ms*1e3:.1f} us ({2*raw/ms/1e9:.2f} TB/s r+w); "
               f"distinct rows {distinct} of {STEP*R*W}", flush=True)
+    deep(out)
     with open(os.path.join(os.environ.get("OUT", "."), "gather_bw.json"), "w") as f:
         json.dump(out, f, indent=1)
     return 0

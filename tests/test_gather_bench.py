@@ -1,0 +1,42 @@
+"""tools.gather_bench's deep-step kernel under the interpreter: every visit order and load mode sums the same
+ancestral rows per beam, and the run mode loads only the rows its count says."""
+import pytest
+import torch
+
+from artifact.ancestry import build
+from artifact.workload import make_workload
+from tools.gather_bench import gather_runs, rows_loaded, tree_order
+
+
+def _reference(store, table, step):
+    R, W = table.shape[:2]
+    out = torch.zeros(R, W, store.shape[2], store.shape[4])
+    for j in range(step):
+        slots = table[:, :, j].long()
+        out += torch.stack([store[j, r][:, slots[r]].transpose(0, 1) for r in range(R)]).float()
+    return out
+
+
+@pytest.mark.parametrize("lineage, R, W, bb", [("beam", 2, 16, 8), ("model", 1, 512, 64)])
+def test_gather_runs_sums_each_beams_rows_in_every_order_and_mode(lineage, R, W, bb):
+    H, K, step = 2, 16, 6
+    wl = make_workload("qwen3_5_0_8b", R, W, step + 1, lineage=lineage, seed=0, device="cpu", prompt_len=0)
+    table = build(wl.parents)[step].contiguous()
+    g = torch.Generator().manual_seed(1)
+    store = torch.randn(step, R, H, W, K, generator=g).to(torch.bfloat16)
+    want = _reference(store, table, step)
+    tree = tree_order(table, step)
+    assert sorted(tree[0].tolist()) == list(range(W))
+    chains = [tuple(table[0, b, :step].tolist()) for b in tree[0].tolist()]
+    assert chains == sorted(chains)                     # lexicographic: shared ancestors are adjacent
+    first = None
+    for order in (torch.arange(W, dtype=torch.int32).expand(R, W).contiguous(), tree):
+        for runs in (False, True):
+            o = torch.full((R, W, H, K), float("nan"), dtype=torch.bfloat16)
+            gather_runs[(W // bb, R * H)](store, table, order, o, R, W, H, step + 1, step, BB=bb, K=K, RUNS=runs,
+                                          STAGES=0)
+            torch.testing.assert_close(o.float(), want, rtol=2 ** -7, atol=0)     # one bf16 unit of the sum
+            first = o if first is None else first
+            assert torch.equal(o, first)            # the same rows in the same depth order: bit for bit
+    assert rows_loaded(table, tree, step, bb, runs=False) == R * W * step
+    assert rows_loaded(table, tree, step, bb, runs=True) < rows_loaded(table, tree, step, bb, runs=False)
