@@ -1,5 +1,5 @@
 """How fast can 256 B GTR rows be gathered at the beam workload's ancestry pattern? `python -m tools.gather_bench`
-(a benchmark, GPU only; results/kernels/gather_bw_*.log).
+(a benchmark, GPU only; results/experiments/kernels/floors/gather_bw_*.log).
 
 The floor of OneLA's cost model (artifact.cost.ProjectionReplay) moves each distinct ancestral record at copy
 bandwidth; this measures what a kernel that does nothing but the gathers reaches.
