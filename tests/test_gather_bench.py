@@ -33,8 +33,8 @@ def test_gather_runs_sums_each_beams_rows_in_every_order_and_mode(lineage, R, W,
     for order in (torch.arange(W, dtype=torch.int32).expand(R, W).contiguous(), tree):
         for runs in (False, True):
             o = torch.full((R, W, H, K), float("nan"), dtype=torch.bfloat16)
-            gather_runs[(W // bb, R * H)](store, table, order, o, R, W, H, step + 1, step, BB=bb, K=K, RUNS=runs,
-                                          STAGES=0)
+            gather_runs[(W // bb, R * H)](store.view(torch.int32), table, order, o.view(torch.int32), R, W, H,
+                                          step + 1, step, BB=bb, KW=K // 2, RUNS=runs, STAGES=0)
             torch.testing.assert_close(o.float(), want, rtol=2 ** -7, atol=0)     # one bf16 unit of the sum
             first = o if first is None else first
             assert torch.equal(o, first)            # the same rows in the same depth order: bit for bit

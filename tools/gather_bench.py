@@ -20,7 +20,8 @@ rows in one of two ways:
                 depth sit next to one another in a tile at every depth;
   plain         every beam gathers its own row (what the kernels do);
   runs          only the first beam of each run of equal records loads the row (the others' loads are masked
-                off) and the tile's rows are then selected from it through shared memory (`tl.gather`).
+                off) and the tile's rows are then selected from it through shared memory (`tl.gather` on int32
+                words of two bf16: a bf16 gather compiles to one 2-byte shared load per element).
 It prints the time per depth and the rows each variant loads against the rows gathered, so the selection's cost
 in shared memory shows beside the bytes it saves. Writes gather_bw.json (both parts)."""
 import json
@@ -69,46 +70,55 @@ def _max(a, b):
 
 
 @triton.jit
-def _depth_rows(store_ptr, anc_ptr, j, r, h, beam, lane, offs_k, R, W, H, T_CAP, BB: tl.constexpr, K: tl.constexpr,
+def _depth_rows(store_ptr, anc_ptr, j, r, h, beam, lane, offs_w, R, W, H, T_CAP, BB: tl.constexpr, KW: tl.constexpr,
                 RUNS: tl.constexpr):
-    """The tile's rows of depth j, fp32 [BB, K]: each beam's own gather, or (RUNS) one load per run of equal
-    slots, selected for the run's other beams through shared memory."""
+    """The tile's rows of depth j as int32 words [BB, KW] (two bf16 each): each beam's own gather, or (RUNS) one
+    load per run of equal slots, the run's other beams selecting it through shared memory (a word at a time)."""
     slot = tl.load(anc_ptr + (r * W + beam) * T_CAP + j)
-    ptrs = store_ptr + _row_rhw(j, r, h, slot, R, H, W).to(tl.int64)[:, None] * K + offs_k[None, :]
+    ptrs = store_ptr + _row_rhw(j, r, h, slot, R, H, W).to(tl.int64)[:, None] * KW + offs_w[None, :]
     if RUNS:
         prev = tl.gather(slot, tl.maximum(lane - 1, 0), 0)
         first = (lane == 0) | (slot != prev)
         head = tl.associative_scan(tl.where(first, lane, 0), 0, _max)
-        rows = tl.load(ptrs, mask=first[:, None], other=0.0)
-        rows = tl.gather(rows, tl.broadcast_to(head[:, None], (BB, K)), 0)
+        words = tl.load(ptrs, mask=first[:, None], other=0)
+        words = tl.gather(words, tl.broadcast_to(head[:, None], (BB, KW)), 0)
     else:
-        rows = tl.load(ptrs)
-    return rows.to(tl.float32)
+        words = tl.load(ptrs)
+    return words
 
 
 @triton.jit
-def gather_runs(store_ptr, anc_ptr, order_ptr, out_ptr, R, W, H, T_CAP, STEP, BB: tl.constexpr, K: tl.constexpr,
+def gather_runs(store_ptr, anc_ptr, order_ptr, out_ptr, R, W, H, T_CAP, STEP, BB: tl.constexpr, KW: tl.constexpr,
                 RUNS: tl.constexpr, STAGES: tl.constexpr):
     """Per (beam, head): the sum of its STEP ancestral rows, the program's BB beams taken at positions
     [pid * BB, pid * BB + BB) of `order` (a permutation of each request's beams). RUNS: a row is loaded only by
-    the first beam of a run of equal slots in the tile (adjacent in `order`) and selected for the rest."""
+    the first beam of a run of equal slots in the tile (adjacent in `order`) and selected for the rest. Rows
+    move as int32 words of two bf16 (the store and out viewed so), summed as even and odd fp32 halves."""
     pid_b = tl.program_id(0)
     pid_rh = tl.program_id(1)
     r = pid_rh // H
     h = pid_rh % H
     lane = tl.arange(0, BB)
     beam = tl.load(order_ptr + r * W + pid_b * BB + lane)
-    offs_k = tl.arange(0, K)
-    acc = tl.zeros([BB, K], dtype=tl.float32)
+    offs_w = tl.arange(0, KW)
+    even = tl.zeros([BB, KW], dtype=tl.float32)
+    odd = tl.zeros([BB, KW], dtype=tl.float32)
     if STAGES == 0:         # the interpreter takes no range over a run-time bound
         j = 0
         while j < STEP:
-            acc += _depth_rows(store_ptr, anc_ptr, j, r, h, beam, lane, offs_k, R, W, H, T_CAP, BB, K, RUNS)
+            w = _depth_rows(store_ptr, anc_ptr, j, r, h, beam, lane, offs_w, R, W, H, T_CAP, BB, KW, RUNS)
+            even += (w << 16).to(tl.float32, bitcast=True)
+            odd += (w & -65536).to(tl.float32, bitcast=True)
             j += 1
     else:
         for j in tl.range(0, STEP, num_stages=STAGES):
-            acc += _depth_rows(store_ptr, anc_ptr, j, r, h, beam, lane, offs_k, R, W, H, T_CAP, BB, K, RUNS)
-    tl.store(out_ptr + ((r * W + beam) * H + h).to(tl.int64)[:, None] * K + offs_k[None, :], acc.to(tl.bfloat16))
+            w = _depth_rows(store_ptr, anc_ptr, j, r, h, beam, lane, offs_w, R, W, H, T_CAP, BB, KW, RUNS)
+            even += (w << 16).to(tl.float32, bitcast=True)
+            odd += (w & -65536).to(tl.float32, bitcast=True)
+    lo = even.to(tl.bfloat16).to(tl.uint16, bitcast=True).to(tl.uint32)
+    hi = odd.to(tl.bfloat16).to(tl.uint16, bitcast=True).to(tl.uint32)
+    tl.store(out_ptr + ((r * W + beam) * H + h).to(tl.int64)[:, None] * KW + offs_w[None, :],
+             ((hi << 16) | lo).to(tl.int32, bitcast=True))
 
 
 def tree_order(table: torch.Tensor, step: int) -> torch.Tensor:
@@ -151,9 +161,9 @@ def deep(out: dict) -> None:
                 order_d = order.cuda()
                 for runs in (False, True):
                     for bb, warps in ((64, 4), (128, 8)):
-                        kern = lambda: gather_runs[(W // bb, R * H)](store, anc, order_d, o, R, W, H, step + 1, step,  # noqa: E731
-                                                                     BB=bb, K=K, RUNS=runs, STAGES=3,
-                                                                     num_warps=warps)
+                        kern = lambda: gather_runs[(W // bb, R * H)](  # noqa: E731
+                            store.view(torch.int32), anc, order_d, o.view(torch.int32), R, W, H, step + 1, step,
+                            BB=bb, KW=K // 2, RUNS=runs, STAGES=3, num_warps=warps)
                         key = f"{lineage} step{step} {oname} {'runs' if runs else 'plain'} BB{bb}"
                         try:
                             kern()
