@@ -5,7 +5,7 @@ bench                the timed kernel table of onela and controlled_fullstate on
 compile_report       a compile report of the OneLA kernels for sm_90a: registers, spills, shared memory (any host)
 measure_launch_floor what one launch per step costs when it only streams the step's bytes, and the L2 flush's
                      share (GPU); artifact.launch_floor is the floor the sweeps record
-gather_bench         how fast a kernel that only gathers the ancestral 256 B records runs (GPU)
+gather_bench         how fast a kernel that only gathers the ancestral 256 B records runs, shallow and deep (GPU)
 onela_correctness    the onela path's correctness over the operator suite's shapes, untimed (GPU)
 decode_breakdown     one decode call of the Fig 6 model per component, measured vs floor (GPU; --cpu: plumbing)
 hf_generate          stock transformers beam search against it with OneLA inside, at the Fig 6 cells (GPU)
