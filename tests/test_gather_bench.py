@@ -31,12 +31,12 @@ def test_gather_runs_sums_each_beams_rows_in_every_order_and_mode(lineage, R, W,
     assert chains == sorted(chains)                     # lexicographic: shared ancestors are adjacent
     first = None
     for order in (torch.arange(W, dtype=torch.int32).expand(R, W).contiguous(), tree):
-        for runs in (False, True):
+        for runs in (0, 1, 2):
             o = torch.full((R, W, H, K), float("nan"), dtype=torch.bfloat16)
             gather_runs[(W // bb, R * H)](store.view(torch.int32), table, order, o.view(torch.int32), R, W, H,
                                           step + 1, step, BB=bb, KW=K // 2, RUNS=runs, STAGES=0)
             torch.testing.assert_close(o.float(), want, rtol=2 ** -7, atol=0)     # one bf16 unit of the sum
             first = o if first is None else first
             assert torch.equal(o, first)            # the same rows in the same depth order: bit for bit
-    assert rows_loaded(table, tree, step, bb, runs=False) == R * W * step
-    assert rows_loaded(table, tree, step, bb, runs=True) < rows_loaded(table, tree, step, bb, runs=False)
+    assert rows_loaded(table, tree, step, bb, runs=0) == R * W * step
+    assert rows_loaded(table, tree, step, bb, runs=1) < rows_loaded(table, tree, step, bb, runs=0)

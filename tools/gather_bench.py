@@ -21,7 +21,10 @@ rows in one of two ways:
   plain         every beam gathers its own row (what the kernels do);
   runs          only the first beam of each run of equal records loads the row (the others' loads are masked
                 off) and the tile's rows are then selected from it through shared memory (`tl.gather` on int32
-                words of two bf16: a bf16 gather compiles to one 2-byte shared load per element).
+                words of two bf16: a bf16 gather compiles to one 2-byte shared load per element);
+  runs_l1       the first beam of each run loads the row, and every beam loads its row once those have arrived
+                (the second load's address depends on the first's data), so the repeats come from L1; its loop
+                is not software-pipelined (the pipeliner's cp.async copies bypass L1).
 It prints the time per depth and the rows each variant loads against the rows gathered, so the selection's cost
 in shared memory shows beside the bytes it saves. Writes gather_bw.json (both parts)."""
 import json
@@ -76,12 +79,22 @@ def _depth_rows(store_ptr, anc_ptr, j, r, h, beam, lane, offs_w, R, W, H, T_CAP,
     load per run of equal slots, the run's other beams selecting it through shared memory (a word at a time)."""
     slot = tl.load(anc_ptr + (r * W + beam) * T_CAP + j)
     ptrs = store_ptr + _row_rhw(j, r, h, slot, R, H, W).to(tl.int64)[:, None] * KW + offs_w[None, :]
-    if RUNS:
+    if RUNS == 1:
         prev = tl.gather(slot, tl.maximum(lane - 1, 0), 0)
         first = (lane == 0) | (slot != prev)
         head = tl.associative_scan(tl.where(first, lane, 0), 0, _max)
         words = tl.load(ptrs, mask=first[:, None], other=0)
         words = tl.gather(words, tl.broadcast_to(head[:, None], (BB, KW)), 0)
+    elif RUNS == 2:
+        prev = tl.gather(slot, tl.maximum(lane - 1, 0), 0)
+        first = (lane == 0) | (slot != prev)
+        heads = tl.load(ptrs, mask=first[:, None], other=0)
+        # The other beams load after the heads' rows have arrived, so theirs come from L1: the slot they use
+        # depends on the heads' data (a select between two loads of the same slot, always equal).
+        again = tl.load(anc_ptr + (r * W + beam) * T_CAP + j, volatile=True)     # not merged with the first
+        slot = tl.where(tl.max(heads, axis=1) == 0x7FFF7FFF, again, slot)
+        ptrs = store_ptr + _row_rhw(j, r, h, slot, R, H, W).to(tl.int64)[:, None] * KW + offs_w[None, :]
+        words = tl.load(ptrs)
     else:
         words = tl.load(ptrs)
     return words
@@ -92,7 +105,8 @@ def gather_runs(store_ptr, anc_ptr, order_ptr, out_ptr, R, W, H, T_CAP, STEP, BB
                 RUNS: tl.constexpr, STAGES: tl.constexpr):
     """Per (beam, head): the sum of its STEP ancestral rows, the program's BB beams taken at positions
     [pid * BB, pid * BB + BB) of `order` (a permutation of each request's beams). RUNS: a row is loaded only by
-    the first beam of a run of equal slots in the tile (adjacent in `order`) and selected for the rest. Rows
+    the first beam of a run of equal slots in the tile (adjacent in `order`) and selected for the rest (1: through
+    shared memory, 2: by a second load, after the first, that L1 serves). Rows
     move as int32 words of two bf16 (the store and out viewed so), summed as even and odd fp32 halves."""
     pid_b = tl.program_id(0)
     pid_rh = tl.program_id(1)
@@ -131,7 +145,8 @@ def tree_order(table: torch.Tensor, step: int) -> torch.Tensor:
 
 
 def rows_loaded(table: torch.Tensor, order: torch.Tensor, step: int, bb: int, runs: bool) -> int:
-    """Rows `gather_runs` loads: one per (beam, depth), or with `runs` one per run of equal slots in a tile."""
+    """Rows `gather_runs` asks L2 for: one per (beam, depth), or with `runs` (1 or 2) one per run of equal slots in
+    a tile."""
     R, W = order.shape
     if not runs:
         return R * W * step
@@ -159,12 +174,12 @@ def deep(out: dict) -> None:
             ref = None
             for oname, order in orders.items():
                 order_d = order.cuda()
-                for runs in (False, True):
+                for runs in (0, 1, 2):
                     for bb, warps in ((64, 4), (128, 8)):
                         kern = lambda: gather_runs[(W // bb, R * H)](  # noqa: E731
                             store.view(torch.int32), anc, order_d, o.view(torch.int32), R, W, H, step + 1, step,
-                            BB=bb, KW=K // 2, RUNS=runs, STAGES=3, num_warps=warps)
-                        key = f"{lineage} step{step} {oname} {'runs' if runs else 'plain'} BB{bb}"
+                            BB=bb, KW=K // 2, RUNS=runs, STAGES=1 if runs == 2 else 3, num_warps=warps)
+                        key = f"{lineage} step{step} {oname} {('plain', 'runs', 'runs_l1')[runs]} BB{bb}"
                         try:
                             kern()
                         except Exception as e:  # noqa: BLE001 - a variant that does not compile is a result too
