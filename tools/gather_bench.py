@@ -24,7 +24,9 @@ rows in one of two ways:
                 words of two bf16: a bf16 gather compiles to one 2-byte shared load per element);
   runs_l1       the first beam of each run loads the row, and every beam loads its row once those have arrived
                 (the second load's address depends on the first's data), so the repeats come from L1; its loop
-                is not software-pipelined (the pipeliner's cp.async copies bypass L1).
+                is not software-pipelined (the pipeliner's cp.async copies bypass L1);
+  lanes         the plain gather in Gluon with a warp's load across 16 beams, a 32-byte sector of each: neighbours
+                with the same record ask for the same sector and the coalescer merges them (`gather_lanes`).
 It prints the time per depth and the rows each variant loads against the rows gathered, so the selection's cost
 in shared memory shows beside the bytes it saves. Writes gather_bw.json (both parts)."""
 import json
@@ -34,6 +36,8 @@ import sys
 import torch
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
 
 from artifact.ancestry import advance, build
 from artifact.timing import capture_graph, time_replay
@@ -135,6 +139,44 @@ def gather_runs(store_ptr, anc_ptr, order_ptr, out_ptr, R, W, H, T_CAP, STEP, BB
              ((hi << 16) | lo).to(tl.int32, bitcast=True))
 
 
+@gluon.jit
+def _lanes_rows(store_ptr, anc_ptr, j, r, h, beam, offs_w, R, W, H, T_CAP, KW: gl.constexpr):
+    slot = gl.load(anc_ptr + (r * W + beam) * T_CAP + j)
+    row = (((j * R + r) * H + h) * W + slot).to(gl.int64)
+    return gl.load(store_ptr + row[:, None] * KW + offs_w[None, :])
+
+
+@gluon.jit
+def gather_lanes(store_ptr, anc_ptr, order_ptr, out_ptr, R, W, H, T_CAP, STEP, BB: gl.constexpr,
+                 KW: gl.constexpr, NW: gl.constexpr):
+    """`gather_runs`' plain mode in Gluon with the tile's layout chosen: a warp's load covers 16 beams x one
+    32-byte sector of each (two lanes of 16 bytes per beam), so beams that share a record and sit next to one
+    another (tree order) ask for the same sector, which the coalescer merges into one request -- the dedup with
+    no extra instruction. (Triton's own coalescing puts the lanes along a row whatever the pointer order.) Two
+    depths in flight by hand (Gluon does not pipeline the loop). NW warps: BB = 16 NW."""
+    lay: gl.constexpr = gl.BlockedLayout([1, 4], [16, 2], [NW, 1], [1, 0])
+    pid_b = gl.program_id(0)
+    pid_rh = gl.program_id(1)
+    r = pid_rh // H
+    h = pid_rh % H
+    beam = gl.load(order_ptr + r * W + pid_b * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, lay)))
+    offs_w = gl.arange(0, KW, layout=gl.SliceLayout(0, lay))
+    even = gl.zeros([BB, KW], gl.float32, lay)
+    odd = gl.zeros([BB, KW], gl.float32, lay)
+    w = _lanes_rows(store_ptr, anc_ptr, 0, r, h, beam, offs_w, R, W, H, T_CAP, KW)
+    for j in range(1, STEP):
+        nxt = _lanes_rows(store_ptr, anc_ptr, j, r, h, beam, offs_w, R, W, H, T_CAP, KW)
+        even += (w << 16).to(gl.float32, bitcast=True)
+        odd += (w & -65536).to(gl.float32, bitcast=True)
+        w = nxt
+    even += (w << 16).to(gl.float32, bitcast=True)
+    odd += (w & -65536).to(gl.float32, bitcast=True)
+    lo = even.to(gl.bfloat16).to(gl.uint16, bitcast=True).to(gl.uint32)
+    hi = odd.to(gl.bfloat16).to(gl.uint16, bitcast=True).to(gl.uint32)
+    gl.store(out_ptr + ((r * W + beam) * H + h).to(gl.int64)[:, None] * KW + offs_w[None, :],
+             ((hi << 16) | lo).to(gl.int32, bitcast=True))
+
+
 def tree_order(table: torch.Tensor, step: int) -> torch.Tensor:
     """Each request's beams sorted by their ancestral chains at `step` (ancestry table [R, W, >= step], CPU):
     int32 [R, W]. Beams with the same ancestor at depth j share every slot of depths <= j, so they are adjacent
@@ -174,12 +216,17 @@ def deep(out: dict) -> None:
             ref = None
             for oname, order in orders.items():
                 order_d = order.cuda()
-                for runs in (0, 1, 2):
+                args = (store.view(torch.int32), anc, order_d, o.view(torch.int32), R, W, H, step + 1, step)
+                for mode in ("plain", "runs", "runs_l1", "lanes"):
+                    runs = {"runs": 1, "runs_l1": 2}.get(mode, 0)
                     for bb, warps in ((64, 4), (128, 8)):
-                        kern = lambda: gather_runs[(W // bb, R * H)](  # noqa: E731
-                            store.view(torch.int32), anc, order_d, o.view(torch.int32), R, W, H, step + 1, step,
-                            BB=bb, KW=K // 2, RUNS=runs, STAGES=1 if runs == 2 else 3, num_warps=warps)
-                        key = f"{lineage} step{step} {oname} {('plain', 'runs', 'runs_l1')[runs]} BB{bb}"
+                        if mode == "lanes":
+                            kern = lambda: gather_lanes[(W // bb, R * H)](  # noqa: E731
+                                *args, BB=bb, KW=K // 2, NW=warps, num_warps=warps)
+                        else:
+                            kern = lambda: gather_runs[(W // bb, R * H)](  # noqa: E731
+                                *args, BB=bb, KW=K // 2, RUNS=runs, STAGES=1 if runs == 2 else 3, num_warps=warps)
+                        key = f"{lineage} step{step} {oname} {mode} BB{bb}"
                         try:
                             kern()
                         except Exception as e:  # noqa: BLE001 - a variant that does not compile is a result too
@@ -190,7 +237,7 @@ def deep(out: dict) -> None:
                             ref = o.clone()
                         ok = torch.equal(o, ref)
                         ms = bench(kern)
-                        loaded = rows_loaded(table, order, step, bb, runs)
+                        loaded = rows_loaded(table, order, step, bb, runs)      # lanes: what it asks for
                         out[key] = {"ms": ms, "rows_loaded": loaded, "rows_gathered": R * W * step,
                                     "distinct_per_request": distinct, "same_sums": ok}
                         print(f"{key:34s} {ms*1e3:7.1f} us  {ms*1e3/step:5.2f} us/depth  rows loaded "
