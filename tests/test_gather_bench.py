@@ -63,3 +63,18 @@ def test_gather_lanes_compiles_for_hopper_without_spills():
     usage = _cuobjdump(ck.asm["cubin"], "--dump-resource-usage")
     assert int(re.search(r"STACK:(\d+)", usage).group(1)) == 0, usage
     assert "LDG.E.128" in _cuobjdump(ck.asm["cubin"], "-sass")
+
+
+def test_tree_order_step_keeps_the_chains_order_step_by_step():
+    """The device order, one sort per step from step 0's identity, is the host's sort of the ancestry rows."""
+    from tools.gather_bench import tree_order_step
+    R, W, step = 2, 16, 7
+    wl = make_workload("qwen3_5_0_8b", R, W, step + 1, lineage="beam", seed=0, device="cpu", prompt_len=0)
+    rank = torch.arange(W, dtype=torch.int32).expand(R, W).contiguous()
+    order, nxt = torch.empty_like(rank), torch.empty_like(rank)
+    tables = build(wl.parents)
+    for t in range(1, step + 1):
+        tree_order_step[(R,)](wl.parents[t].contiguous(), rank, order, nxt, W=W)
+        rank, nxt = nxt, rank
+        assert torch.equal(order, tree_order(tables[t].contiguous(), t)), t
+        assert torch.equal(torch.gather(rank, 1, order.long()), torch.arange(W, dtype=torch.int32).expand(R, W))

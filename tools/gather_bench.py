@@ -28,7 +28,8 @@ rows in one of two ways:
   lanes         the plain gather in Gluon with a warp's load across 16 beams, a 32-byte sector of each: neighbours
                 with the same record ask for the same sector and the coalescer merges them (`gather_lanes`).
 It prints the time per depth and the rows each variant loads against the rows gathered, so the selection's cost
-in shared memory shows beside the bytes it saves. Writes gather_bw.json (both parts)."""
+in shared memory shows beside the bytes it saves; and the device-side tree order's cost, one launch a step
+(`tree_order_step`, checked against the host's sort of the ancestry rows). Writes gather_bw.json (both parts)."""
 import json
 import os
 import sys
@@ -177,6 +178,20 @@ def gather_lanes(store_ptr, anc_ptr, order_ptr, out_ptr, R, W, H, T_CAP, STEP, B
              ((hi << 16) | lo).to(gl.int32, bitcast=True))
 
 
+@triton.jit
+def tree_order_step(par_ptr, rank_prev_ptr, order_ptr, rank_ptr, W: tl.constexpr):
+    """One decode step's tree order on the device, one program per request: step t's beams sorted by (their
+    parent's position in step t - 1's order, beam), which is their ancestral chains' order when step t - 1's
+    order is (the identity's at step 0). Writes the order (position -> beam) and each beam's position."""
+    r = tl.program_id(0)
+    b = tl.arange(0, W)
+    par = tl.load(par_ptr + r * W + b)
+    key = tl.load(rank_prev_ptr + r * W + par) * W + b          # < W * W: int32 up to W = 46,340
+    beam = tl.sort(key) % W
+    tl.store(order_ptr + r * W + b, beam)
+    tl.store(rank_ptr + r * W + beam, b)
+
+
 def tree_order(table: torch.Tensor, step: int) -> torch.Tensor:
     """Each request's beams sorted by their ancestral chains at `step` (ancestry table [R, W, >= step], CPU):
     int32 [R, W]. Beams with the same ancestor at depth j share every slot of depths <= j, so they are adjacent
@@ -184,6 +199,21 @@ def tree_order(table: torch.Tensor, step: int) -> torch.Tensor:
     import numpy as np
     rows = [np.lexsort(table[r, :, :step].numpy().T[::-1]) for r in range(table.shape[0])]
     return torch.from_numpy(np.stack(rows).astype(np.int32))
+
+
+def device_tree_order(parents: torch.Tensor, step: int) -> tuple[torch.Tensor, torch.Tensor, float]:
+    """`tree_order_step` run for steps 1..step from step 0's identity order (parents int32 [T > step, R, W], CPU):
+    step `step`'s order and ranks on the GPU, and the median ms of that step's one launch."""
+    R, W = parents.shape[1:]
+    par = parents.cuda()
+    rank = torch.arange(W, dtype=torch.int32, device="cuda").expand(R, W).contiguous()
+    order, nxt = torch.empty_like(rank), torch.empty_like(rank)
+    for t in range(1, step):
+        tree_order_step[(R,)](par[t], rank, order, nxt, W=W)
+        rank, nxt = nxt, rank
+    launch = lambda: tree_order_step[(R,)](par[step], rank, order, nxt, W=W)  # noqa: E731 - reads rank only
+    launch()
+    return order, nxt, bench(launch)
 
 
 def rows_loaded(table: torch.Tensor, order: torch.Tensor, step: int, bb: int, runs: bool) -> int:
@@ -210,6 +240,11 @@ def deep(out: dict) -> None:
             orders = {"score": torch.arange(W, dtype=torch.int32).expand(R, W).contiguous(),
                       "tree": tree_order(table, step)}
             anc = table.contiguous().cuda()
+            dev_order, _, ms_sort = device_tree_order(parents, step)
+            same = torch.equal(dev_order.cpu(), orders["tree"])
+            out[f"{lineage} step{step} tree_order_step"] = {"ms": ms_sort, "same_order": same}
+            print(f"{lineage} step{step} tree_order_step (one launch, R = {R} programs)  {ms_sort*1e3:5.1f} us  "
+                  f"{'the host order' if same else 'ORDER DIFFERS FROM THE HOST'}", flush=True)
             store = torch.randn(step, R, H, W, K, device="cuda").to(torch.bfloat16)
             o = torch.empty(R, W, H, K, device="cuda", dtype=torch.bfloat16)
             distinct = sum(table[r, :, j].unique().numel() for r in range(R) for j in range(step))
