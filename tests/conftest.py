@@ -52,6 +52,26 @@ def one_thread():
 
 
 @pytest.fixture
+def sm90_compile():
+    """`run(args, timeout=600)`: `python *args` in a process without TRITON_INTERPRET (the interpreter patches
+    Triton's language in this one), for a compile for sm_90a on this host with the ptxas and cuobjdump Triton
+    ships (skips where a wheel lacks them); fails with its stderr on a non-zero exit, else returns its stdout."""
+    import sys
+
+    from tools.compile_report import _nvidia_tool
+    for tool in ("ptxas", "cuobjdump"):
+        if not os.access(_nvidia_tool(tool), os.X_OK):
+            pytest.skip(f"Triton's {tool} not found at {_nvidia_tool(tool)} (a wheel without its NVIDIA binaries)")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+
+    def run(args, timeout=600):
+        res = subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=timeout)
+        assert res.returncode == 0, res.stderr[-3000:]
+        return res.stdout
+    return run
+
+
+@pytest.fixture
 def device():
     """Where kernel tests run: the GPU when there is one, else CPU tensors under the Triton interpreter."""
     return "cuda" if torch.cuda.is_available() else "cpu"

@@ -60,22 +60,10 @@ print("LDG.E.128" in _cuobjdump(ck.asm["cubin"], "-sass"))
 """
 
 
-def test_gather_lanes_compiles_for_hopper_without_spills():
-    """The Gluon mode has no interpreter: compiled for sm_90a here, in a process without TRITON_INTERPRET (as
-    tests/test_kernels.py compiles the ws kernel), its rows read as 16-byte loads and nothing spilled. Its sums
-    are checked against the plain mode's on the GPU by the tool itself."""
-    import os
-    import subprocess
-    import sys
-
-    from tools.compile_report import _nvidia_tool
-    for tool in ("ptxas", "cuobjdump"):
-        if not os.access(_nvidia_tool(tool), os.X_OK):
-            pytest.skip(f"Triton's {tool} not found at {_nvidia_tool(tool)} (a wheel without its NVIDIA binaries)")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE_LANES], env=env, capture_output=True, text=True, timeout=300)
-    assert res.returncode == 0, res.stderr[-2000:]
-    assert res.stdout.split() == ["STACK", "0", "True"], res.stdout
+def test_gather_lanes_compiles_for_hopper_without_spills(sm90_compile):
+    """The Gluon mode has no interpreter: compiled for sm_90a here, its rows read as 16-byte loads and nothing
+    spilled. Its sums are checked against the plain mode's on the GPU by the tool itself."""
+    assert sm90_compile(["-c", _COMPILE_LANES], timeout=300).split() == ["STACK", "0", "True"]
 
 
 def test_tree_order_step_keeps_the_chains_order_step_by_step():

@@ -652,26 +652,13 @@ def test_gpu_ws_kernel_reads_the_models_conv_split():
     assert max_abs_err(outs[1], ref) <= DEFAULT_TOLERANCE
 
 
-def test_compile_report_compiles_hopper_kernels_without_a_gpu():
+def test_compile_report_compiles_hopper_kernels_without_a_gpu(sm90_compile):
     """`tools.compile_report` compiles the launch's kernels for sm_90a on this host (ptxas ships with Triton) and reports
     registers / spills per step; at K = 256 the Triton main kernel (the fallback there, with ws off) issues each
     K-chunk's q, k and S loads (16 128-bit loads per thread) before the chunk's first fp32 -> bf16 convert (the
     other order serialises them: kernels/NOTES.md, "Triton kernels")."""
-    import os
-    import subprocess
-    import sys
-
-    from tools.compile_report import _nvidia_tool
-    for tool in ("ptxas", "cuobjdump"):
-        if not os.access(_nvidia_tool(tool), os.X_OK):
-            pytest.skip(f"Triton's {tool} not found at {_nvidia_tool(tool)} (a wheel without its NVIDIA binaries)")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-
     def inspect(*args):
-        res = subprocess.run([sys.executable, "-m", "tools.compile_report", *args], env=env, capture_output=True,
-                             text=True, timeout=600)
-        assert res.returncode == 0, res.stderr[-2000:]
-        return res.stdout.splitlines()
+        return sm90_compile(["-m", "tools.compile_report", *args]).splitlines()
 
     lines = [ln for ln in inspect("--geometry", "gdn_small", "--R", "1", "--W", "48", "--O", "3", "--steps", "1")
              if ln.startswith("step 1 ")]     # W = 48: not a multiple of the ws kernel's 64-beam tile

@@ -209,25 +209,16 @@ for gather, carry, dt in [((False,) * 3, 0, "*bf16"), ((False, True, True), 0, "
 """
 
 
-def test_conv_gates_kernel_compiles_for_hopper_with_128_bit_rows():
+def test_conv_gates_kernel_compiles_for_hopper_with_128_bit_rows(sm90_compile):
     """The kernel compiles for sm_90a (what the interpreter cannot check: Triton's typing of both branches, its
     constexpr rules), without spills, and at the Fig 6 shape moves each thread's part of a row in 128-bit loads
     and stores: per tensor of the tile (x, P window rows; out, kept) BLOCK_N BLOCK_C / (32 NUM_WARPS) elements,
     16 bytes each."""
     import ast
-    import os
-    import subprocess
-    import sys
 
-    from tools.compile_report import _nvidia_tool
-    for tool in ("ptxas", "cuobjdump"):
-        if not os.access(_nvidia_tool(tool), os.X_OK):
-            pytest.skip(f"Triton's {tool} not found at {_nvidia_tool(tool)} (a wheel without its NVIDIA binaries)")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE_SM90], env=env, capture_output=True, text=True, timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    lines = res.stdout.splitlines()
-    assert len(lines) == 6, res.stdout
+    stdout = sm90_compile(["-c", _COMPILE_SM90])
+    lines = stdout.splitlines()
+    assert len(lines) == 6, stdout
     per_thread = model_ops.BLOCK_N * model_ops.BLOCK_C // (32 * model_ops.NUM_WARPS)
     for line in lines:
         dt, P, _, carry, regs, stack, ops = line.split(" ", 6)
@@ -497,27 +488,17 @@ for dt in ("*bf16", "*fp32"):
 """
 
 
-def test_attention_and_norm_kernels_compile_for_hopper_with_128_bit_rows():
+def test_attention_and_norm_kernels_compile_for_hopper_with_128_bit_rows(sm90_compile):
     """The three kernels compile for sm_90a (what the interpreter cannot check: Triton's typing of the branches,
     its constexpr rules) without spills, and at the Fig 6 shape every store is a 128-bit row piece: attn_pre
     [8, 256] per branch (q, k, v), the merge's [4, 256] output, gated_norm's [16, 128] -- each thread's part
     16 bytes at a time; the rows they read come in 128-bit loads too (attn_pre's rotary partners, a permuted
     copy of the same rows, in 64-bit ones)."""
     import ast
-    import os
-    import subprocess
-    import sys
 
-    from tools.compile_report import _nvidia_tool
-    for tool in ("ptxas", "cuobjdump"):
-        if not os.access(_nvidia_tool(tool), os.X_OK):
-            pytest.skip(f"Triton's {tool} not found at {_nvidia_tool(tool)} (a wheel without its NVIDIA binaries)")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    res = subprocess.run([sys.executable, "-c", _COMPILE_ATTN_SM90], env=env, capture_output=True, text=True,
-                         timeout=600)
-    assert res.returncode == 0, res.stderr[-3000:]
-    lines = dict(line.split(" ", 1) for line in res.stdout.splitlines())
-    assert len(lines) == 10, res.stdout
+    stdout = sm90_compile(["-c", _COMPILE_ATTN_SM90])
+    lines = dict(line.split(" ", 1) for line in stdout.splitlines())
+    assert len(lines) == 10, stdout
     threads = 32 * 4
     for name, rest in lines.items():
         regs, stack, ops = rest.split(" ", 2)
