@@ -40,7 +40,7 @@ import triton.language as tl
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 
-from artifact.ancestry import advance, build
+from artifact.ancestry import build, distinct_per_depth
 from artifact.timing import capture_graph, time_replay
 from artifact.workload import make_workload
 from tools import no_argument_gpu_tool
@@ -84,15 +84,13 @@ def _depth_rows(store_ptr, anc_ptr, j, r, h, beam, lane, offs_w, R, W, H, T_CAP,
     load per run of equal slots, the run's other beams selecting it through shared memory (a word at a time)."""
     slot = tl.load(anc_ptr + (r * W + beam) * T_CAP + j)
     ptrs = store_ptr + _row_rhw(j, r, h, slot, R, H, W).to(tl.int64)[:, None] * KW + offs_w[None, :]
+    if RUNS:
+        first = (lane == 0) | (slot != tl.gather(slot, tl.maximum(lane - 1, 0), 0))    # a run's first beam
     if RUNS == 1:
-        prev = tl.gather(slot, tl.maximum(lane - 1, 0), 0)
-        first = (lane == 0) | (slot != prev)
         head = tl.associative_scan(tl.where(first, lane, 0), 0, _max)
         words = tl.load(ptrs, mask=first[:, None], other=0)
         words = tl.gather(words, tl.broadcast_to(head[:, None], (BB, KW)), 0)
     elif RUNS == 2:
-        prev = tl.gather(slot, tl.maximum(lane - 1, 0), 0)
-        first = (lane == 0) | (slot != prev)
         heads = tl.load(ptrs, mask=first[:, None], other=0)
         # The other beams load after the heads' rows have arrived, so theirs come from L1: the slot they use
         # depends on the heads' data (a select between two loads of the same slot, always equal).
@@ -216,7 +214,7 @@ def device_tree_order(parents: torch.Tensor, step: int) -> tuple[torch.Tensor, t
     return order, nxt, bench(launch)
 
 
-def rows_loaded(table: torch.Tensor, order: torch.Tensor, step: int, bb: int, runs: bool) -> int:
+def rows_loaded(table: torch.Tensor, order: torch.Tensor, step: int, bb: int, runs: int) -> int:
     """Rows `gather_runs` asks L2 for: one per (beam, depth), or with `runs` (1 or 2) one per run of equal slots in
     a tile."""
     R, W = order.shape
@@ -234,9 +232,7 @@ def deep(out: dict) -> None:
             # the parents the suites' workloads carry (drawn on the GPU, as beam_scaling draws them)
             parents = make_workload("qwen3_5_0_8b", R, W, step + 1, lineage=lineage, seed=0, device="cuda",
                                     prompt_len=0).parents.cpu()
-            table = torch.zeros(R, W, step + 1, dtype=torch.int32)
-            for t in range(1, step + 1):
-                table = advance(table, parents[t], t)
+            table = build(parents)[step]
             orders = {"score": torch.arange(W, dtype=torch.int32).expand(R, W).contiguous(),
                       "tree": tree_order(table, step)}
             anc = table.contiguous().cuda()
@@ -247,7 +243,7 @@ def deep(out: dict) -> None:
                   f"{'the host order' if same else 'ORDER DIFFERS FROM THE HOST'}", flush=True)
             store = torch.randn(step, R, H, W, K, device="cuda").to(torch.bfloat16)
             o = torch.empty(R, W, H, K, device="cuda", dtype=torch.bfloat16)
-            distinct = sum(table[r, :, j].unique().numel() for r in range(R) for j in range(step))
+            distinct = int(distinct_per_depth(table, step).sum())
             ref = None
             for oname, order in orders.items():
                 order_d = order.cuda()

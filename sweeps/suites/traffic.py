@@ -443,8 +443,9 @@ def prime(cell: dict, opts: TrafficOptions, workdir: Path, device: str | None = 
     """One discarded child: `cell` under the ladder's first method, before any row is measured. The first
     profiled process on a fresh machine counts ~9 MiB more DRAM writes than every later one (docs/methods.md
     §6); this child pays that, and its bytes go to the run's env record only, never to a row."""
-    o = run_attempt(ATTEMPTS[opts.ladder[0]], _cell_target(cell)[1], opts, workdir, None, device)
-    return {"attempt": opts.ladder[0], "cell": _cell_target(cell)[0], "status": o.status, "message": o.message[:400],
+    cell_json, cell_args = _cell_target(cell)
+    o = run_attempt(ATTEMPTS[opts.ladder[0]], cell_args, opts, workdir, None, device)
+    return {"attempt": opts.ladder[0], "cell": cell_json, "status": o.status, "message": o.message[:400],
             "dram_read_bytes": _num(o.read) if o.status == "ok" else "",
             "dram_write_bytes": _num(o.write) if o.status == "ok" else ""}
 
@@ -518,11 +519,11 @@ def run_cells(cfg, cells: list[dict], ctx):
     if ctx.on_gpu:
         import torch
         torch.cuda.empty_cache()          # leave the children the memory this process is not using
-    for i, cell in enumerate(cells):
-        if i == 0 and ctx.on_gpu:
+        if cells:
             with phase_clock(ctx)("calibration", shared=CALIBRATION):
-                priming.update(prime(cell, opts, workdir, device))
+                priming.update(prime(cells[0], opts, workdir, device))
             save(calibrations)
+    for cell in cells:
         ctx.started(cell)
         row = dict(cell)
         if not ctx.on_gpu:
