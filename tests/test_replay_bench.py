@@ -44,3 +44,24 @@ def test_both_replays_compute_the_defined_sum(lineage, R, W, bb, ch):
                                      BB=bb, CH=ch, K=K, V=V, STAGES=0, UPCAST=True)
     torch.testing.assert_close(uq, want_q, **tol)
     torch.testing.assert_close(uk, want_k, **tol)
+
+
+@pytest.mark.parametrize("lineage, R, W, bb, step", [("beam", 2, 64, 16, 6), ("beam", 1, 64, 32, 9),
+                                                     ("model", 1, 512, 64, 5)])
+def test_device_record_lists_are_the_host_lists(lineage, R, W, bb, step):
+    """The per-step kernel writes each tile's entries and count as the host builds them, entry for entry."""
+    import triton
+
+    from tools.replay_bench import record_lists_step
+    parents = make_workload("qwen3_5_0_8b", R, W, step + 1, lineage=lineage, seed=0, device="cpu",
+                            prompt_len=0).parents
+    table = build(parents)[step].contiguous()
+    order = tree_order(table, step)
+    ent, cnt = record_lists(table, order, step, bb, 1)
+    got = torch.full((R * W // bb, bb * step, 4), -1, dtype=torch.int32)
+    got_cnt = torch.zeros(R * W // bb, dtype=torch.int32)
+    record_lists_step[(R * W // bb,)](table, order, got, got_cnt, W, table.shape[2], step, bb * step, BB=bb,
+                                      TP=triton.next_power_of_2(step))
+    assert torch.equal(got_cnt, cnt)
+    for i in range(len(cnt)):
+        assert torch.equal(got[i, :int(cnt[i])], ent[i, :int(cnt[i])]), i

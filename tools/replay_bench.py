@@ -158,6 +158,46 @@ def replay_records(khat_ptr, delta_ptr, gcum_ptr, q_ptr, k_ptr, gb_ptr, order_pt
     tl.store(uk_ptr + row_b[:, None] * V + offs_v[None, :], acc_k)
 
 
+@triton.jit
+def _min(a, b):
+    return tl.minimum(a, b)
+
+
+@triton.jit
+def _slots(anc_ptr, order_ptr, r, W, T_CAP, col, live, pos):
+    """The ancestry rows [BB, TP] of the beams at tree-order positions `pos` (clamped to the request)."""
+    beam = tl.load(order_ptr + r * W + tl.minimum(tl.maximum(pos, 0), W - 1))
+    return tl.load(anc_ptr + (r * W + beam)[:, None] * T_CAP + col, mask=live, other=0)
+
+
+@triton.jit
+def record_lists_step(anc_ptr, order_ptr, ent_ptr, cnt_ptr, W, T_CAP, STEP, MAXE, BB: tl.constexpr,
+                      TP: tl.constexpr):
+    """`record_lists` on the device, one program per (request, beam tile): the tile's ancestry rows in tree order
+    [BB, TP] beside their neighbours', the runs' first positions and ends, and each run's entry at (the runs of
+    earlier depths) + (its rank among its depth's runs) -- the host's order, depth-major then by position."""
+    tile = tl.program_id(0)
+    r = tile // (W // BB)
+    p = tl.arange(0, BB)
+    d = tl.arange(0, TP)
+    live = d[None, :] < STEP
+    pos = (tile % (W // BB)) * BB + p
+    col = d[None, :] + tl.zeros([BB, TP], dtype=tl.int32)
+    cur = _slots(anc_ptr, order_ptr, r, W, T_CAP, col, live, pos)
+    head = live & ((p == 0)[:, None] | (cur != _slots(anc_ptr, order_ptr, r, W, T_CAP, col, live, pos - 1)))
+    nxt = (p < BB - 1)[:, None] & (_slots(anc_ptr, order_ptr, r, W, T_CAP, col, live, pos + 1) != cur)
+    end = tl.associative_scan(tl.where(nxt, p[:, None] + 1, BB), 0, _min, reverse=True)
+    per_depth = tl.sum(head.to(tl.int32), 0)
+    first = tl.cumsum(per_depth, 0) - per_depth
+    idx = first[None, :] + tl.cumsum(head.to(tl.int32), 0) - 1
+    ent = ent_ptr + tile.to(tl.int64) * MAXE * 4 + idx * 4
+    tl.store(ent, col, mask=head)
+    tl.store(ent + 1, cur, mask=head)
+    tl.store(ent + 2, p[:, None] + tl.zeros([BB, TP], dtype=tl.int32), mask=head)
+    tl.store(ent + 3, end, mask=head)
+    tl.store(cnt_ptr + tile, tl.sum(per_depth, 0))
+
+
 def record_lists(table: torch.Tensor, order: torch.Tensor, step: int, bb: int, ch: int):
     """Each beam tile's distinct ancestral records in tree order (ancestry table [R, W, >= step] and order [R, W],
     CPU): int32 entries [R * W / bb, MAXE, 4] of (depth, slot, first position, position past the run) -- a run of
@@ -259,6 +299,24 @@ def main(argv=None) -> int:
                 check(key, bench(kern), {"rows_gathered": 2 * R * W * step})
             order = tree_order(table, step)
             order_d = order.cuda()
+            for bb in (16, 32, 64):
+                ent, cnt = record_lists(table, order, step, bb, 1)
+                ent_d = torch.zeros(R * W // bb, bb * step, 4, dtype=torch.int32, device="cuda")
+                cnt_d = torch.zeros(R * W // bb, dtype=torch.int32, device="cuda")
+                tp = triton.next_power_of_2(step)
+                kern = lambda: record_lists_step[(R * W // bb,)](  # noqa: E731
+                    anc, order_d, ent_d, cnt_d, W, step + 1, step, bb * step, BB=bb, TP=tp, num_warps=4)
+                try:
+                    kern()
+                except Exception as e:  # noqa: BLE001 - the replay timings below do not need it
+                    print(f"{lineage} step{step} record_lists_step BB{bb} failed: {type(e).__name__}: {e}"[:300])
+                    continue
+                same = torch.equal(cnt_d.cpu(), cnt) and all(
+                    torch.equal(ent_d[i, :int(cnt[i])].cpu(), ent[i, :int(cnt[i])]) for i in range(len(cnt)))
+                ms = bench(kern)
+                out[f"{lineage} step{step} record_lists_step BB{bb}"] = {"ms": ms, "same_lists": same}
+                print(f"{lineage} step{step} record_lists_step BB{bb}  {ms*1e3:5.1f} us  "
+                      f"{'the host lists' if same else 'LISTS DIFFER FROM THE HOST'}", flush=True)
             for bb, ch, warps in ((16, 32, 4), (16, 64, 4), (16, 64, 8), (32, 32, 4), (32, 64, 8), (64, 64, 8)):
                 ent, cnt = record_lists(table, order, step, bb, ch)
                 ent_d, cnt_d = ent.cuda(), cnt.cuda()
