@@ -123,6 +123,43 @@ def test_onela_decodes_of_any_depth_match_fp64_reference(geo, R, W, T, lineage, 
     assert torch.equal(st.anc[(T - 1) % 2][..., :T - 1].cpu(), anc[..., :T - 1].to(torch.int32))
 
 
+@pytest.mark.parametrize("geo,R,W,T,lineage", [
+    (Geometry(2, 2, 32, 16), 2, 32, 12, "beam"),        # the record-major route at steps 8-11: two tiles a request
+    (Geometry(1, 2, 16, 32), 1, 48, 11, "reversed"),    # G = 2 (a key head's k-hat rows for two value heads)
+])
+def test_onela_record_major_route_matches_the_depth_loop_and_fp64(geo, R, W, T, lineage, device):
+    """From step 8 the record-major route (tree order, per-tile record lists, the replay as small products; the
+    main kernel without its depth loop) gives the depth loop's outputs within the same-math bound, and the fp64
+    reference's; it writes the same records and ancestry, and each record's cumulative gate is the sum of its
+    chain's log alphas."""
+    from kernels.onela.plan import RECORDS_FROM_STEP, step_launches as plan
+    wl = make_workload(geo, R, W, T, lineage=lineage, seed=T + W, device=device, prompt_len=16)
+    cfg = launch_config(geo.k, geo.v, W, R, geo.hv, G=geo.group)
+    assert cfg["tree"] and "tree_step" in plan(cfg, geo, R, W, RECORDS_FROM_STEP) and \
+        "tree_step" not in plan(cfg, geo, R, W, RECORDS_FROM_STEP - 1)
+    ref = fullstate_decode(wl, torch.float64)
+    st1, out1 = _run(OneLAStepper, wl, torch.float32)
+    st0, out0 = _run(OneLAStepper, wl, torch.float32, {"tree": False})
+    assert st1.tree is not None and st0.tree is None
+    assert torch.isfinite(out1).all(), "an output element was never written (poisoned NaN survived)"
+    tol = (GPU_REL_TOL if device == "cuda" else CPU_REL_TOL) * ref.abs().max().item()
+    assert (out1.double() - ref).abs().max().item() <= tol
+    # the same products summed in another order; that can flip a bf16 record's rounding (~1e-5 of |o|)
+    assert (out1 - out0).abs().max().item() <= 2e-4 * out0.abs().max().item()
+    assert torch.equal(out1[:RECORDS_FROM_STEP], out0[:RECORDS_FROM_STEP])
+    assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
+    torch.testing.assert_close(st1.store.khat.float(), st0.store.khat.float(), rtol=0, atol=0)
+    torch.testing.assert_close(st1.store.delta.float(), st0.store.delta.float(), rtol=2 ** -7, atol=1e-6)
+    # each live beam's chain: gcum of its depth-j record = the sum of the log alphas down to j
+    table = st1.anc[(T - 1) % 2].long()                                   # [R, W, T]
+    for j in range(T - 1):
+        slot = table[:, :, j][:, None, :].expand(R, geo.hv, W)
+        want = sum(torch.gather(st1.store.alpha[i].transpose(1, 2).log(), 2, table[:, :, i][:, None, :].expand(
+            R, geo.hv, W)) for i in range(j + 1))
+        got = torch.gather(st1.tree.gcum[j], 2, slot)
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def _coef_tables(wl, cfg):
     """The `onela` stepper's T-step decode under launch config `cfg`: (stepper, outputs, [the coefficient rows step
     t writes -- 3 + 2t of them -- for each t], [the ancestry row columns step t writes -- t of them -- for each
@@ -945,7 +982,8 @@ def test_jit_bodies_call_only_device_functions():
     import inspect
     import importlib
     bad = []
-    for mod_name in ("kernels.onela.triton_kernels", "kernels.onela.ws", "kernels.onela.records", "kernels.fullstate",
+    for mod_name in ("kernels.onela.triton_kernels", "kernels.onela.ws", "kernels.onela.records", "kernels.onela.tree",
+                     "kernels.fullstate",
                      "artifact.launch_floor"):
         src = inspect.getsource(importlib.import_module(mod_name))
         for fn in ast.walk(ast.parse(src)):

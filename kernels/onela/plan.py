@@ -41,6 +41,18 @@ _PIPE_WARPS = 4
 _PIPE_STAGES = 5
 _PIPE_MAXNREG = 128
 _PIPE_FROM_STEP = 8
+# The record-major route (`kernels/onela/tree.py`) takes every step from RECORDS_FROM_STEP on where
+# `tree_route_supports` says yes: a prep kernel without the ancestral dots, the tree order and record lists, and
+# the step kernel (_TREE_BEAMS positions a tile, up to _TREE_MAX_ITERS tiles a program sharing its S tile,
+# _TREE_CH records a chunk, _TREE_STAGES chunks in flight). _TREE_DEPTHS: depths per chunk of the lists' and the
+# prep kernel's loops.
+RECORDS_FROM_STEP = 8
+_TREE_BEAMS = 16
+_TREE_CH = 32
+_TREE_WARPS = 4
+_TREE_STAGES = 2
+_TREE_DEPTHS = 32
+_TREE_MAX_ITERS = 8
 # The depth of a decode is limited only by int32 offsets: the kernels index the coefficient table, (3 + 2T) R HV W
 # fp32 entries, in int32, and its entries outnumber the record rows (T R HV W) and ancestry entries (R W T).
 _INT32_MAX = 2**31 - 1
@@ -68,7 +80,7 @@ def shape_supports(T: int, R: int = 1, W: int = 1, HV: int = 1, on_gpu: bool = T
 
 # The keys a caller may set (tests, tools): the tiles of the same kernels on small shapes, programmatic
 # dependent launch off, or the Triton kernels where the warp-specialised one would run.
-CONFIG_KEYS = ("BB", "BV", "BK", "beam_iters", "pdl", "ws")
+CONFIG_KEYS = ("BB", "BV", "BK", "beam_iters", "pdl", "ws", "tree")
 
 
 def config_error(config: dict) -> str | None:
@@ -95,7 +107,8 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     (docs/design.md §2). fuse_step0: step 0 is one main-kernel launch where the S tile spans K and a key head
     has at most two value heads. ws: the warp-specialised kernel where K is one of its WS_HEAD_DIMS (128, 256) and
     V one of its WS_VALUE_DIMS (128, 256, 512) (it also needs Hopper, W a multiple of 64 and bf16 row inputs:
-    checked per decode and per step)."""
+    checked per decode and per step). tree: the record-major route from step RECORDS_FROM_STEP on
+    (`tree_route_supports`)."""
     bb = 64 if W >= 64 else max(16, triton.next_power_of_2(W))
     bv = _largest_pow2_dividing(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 and K == triton.next_power_of_2(K) else _largest_pow2_dividing(K, 64)
@@ -105,7 +118,8 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
         iters *= 2
     return {"BB": bb, "BV": bv, "BK": bk, "beam_iters": iters, "pdl": (2 if iters > 1 else 1) if pdl_ok else 0,
             "s_lo": "none" if K <= 128 else "q", "fuse_step0": bk == K and G <= 2,
-            "ws": K in WS_HEAD_DIMS and V in WS_VALUE_DIMS}
+            "ws": K in WS_HEAD_DIMS and V in WS_VALUE_DIMS,
+            "tree": tree_route_supports(K, V, W)}
 
 
 def _largest_pow2_dividing(n: int, cap: int) -> int:
@@ -120,23 +134,59 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
                   ws_ok: bool = False, n_sm: int = 132) -> dict:
     """Kernel name -> (grid, constexpr arguments, launch options) of step t under launch config `cfg`: "prep" and
     "main" (the Triton kernels; step 0 "main" alone under fuse_step0), or where `ws_ok` (the warp-specialised
-    kernel takes this shape and these inputs) "ws" -- alone when it does the whole step, after "prep" otherwise.
+    kernel takes this shape and these inputs) "ws" -- alone when it does the whole step, after "prep" otherwise;
+    from RECORDS_FROM_STEP on where cfg["tree"], "prep_tree", "tree_lists" and "tree_step" (`kernels/onela/tree.py`).
     Steps `ws_runs_step` leaves out (past step 31; at K = 128 past step 5 after the prep kernel) run the Triton
     kernels. The prep launch is "prep" (the one-tile kernel), or "prep_pipe" (the pipelined kernel, the step a
     run-time argument) from step _PIPE_FROM_STEP on and where `prep_is_deep`."""
     pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
-    if ws_ok and cfg["ws"] and not interpret and ws_runs_step(geo, t):     # the interpreter runs no Gluon
+    if ws_ok and cfg["ws"] and not interpret and ws_runs_step(geo, t) and not (
+            cfg["tree"] and t >= RECORDS_FROM_STEP):     # the interpreter runs no Gluon
         fuse = ws_fuses_step(geo, t)
         grid, const, opts = ws_launch_params(geo, R, W, t, fuse, n_sm)
         ws = {"ws": (grid, const, {**opts, "launch_pdl": bool(pdl)})}
         return ws if fuse else {**_prep_launch(geo, R, W, t, pdl, interpret), **ws}
     iters = cfg["beam_iters"]
     key_axis = bool(cfg["fuse_step0"]) and t == 0 and cfg["BK"] == geo.k     # step 0 in one launch
+    if cfg["tree"] and t >= RECORDS_FROM_STEP:
+        return _tree_launches(geo, R, W, t, qk_bf16, pdl, interpret, n_sm)
     main = ((geo.v // cfg["BV"], triton.cdiv(W, cfg["BB"] * iters), R * geo.hv),
             dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"], BEAM_ITERS=iters,
                  QK_BF16=qk_bf16, UPCAST=interpret, PDL=pdl, S_LO=int(cfg["s_lo"] == "q"), KEY_AXIS=key_axis),
             {"num_warps": _WARPS, "num_stages": 1, "launch_pdl": bool(pdl)})
     return {"main": main} if key_axis else {**_prep_launch(geo, R, W, t, pdl, interpret), "main": main}
+
+
+def tree_route_supports(K: int, V: int, W: int) -> bool:
+    """Whether the record-major route takes a decode's steps from RECORDS_FROM_STEP on: K and V powers of two up
+    to 128 (one [_TREE_BEAMS, V] accumulator per projection, the main kernel's S tile over all of K) and W a
+    multiple of its tile."""
+    pow2 = lambda x: x & (x - 1) == 0       # noqa: E731
+    return K <= 128 and V <= 128 and pow2(K) and pow2(V) and W % _TREE_BEAMS == 0
+
+
+def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpret: bool, n_sm: int) -> dict:
+    """Step t's record-major launches: "prep_tree", "tree_lists", "tree_step" (each tile loop of the step kernel as
+    long as about two programs per SM remain, as the main kernel's beam_iters)."""
+    kp = triton.next_power_of_2(geo.k)
+    bb = _PIPE_BEAMS * 128 // max(kp, 128)
+    first = t == RECORDS_FROM_STEP
+    prep = ((triton.cdiv(W, bb), R * geo.hk),
+            dict(K=geo.k, KP=kp, G=geo.group, GP=triton.next_power_of_2(geo.group), BB=bb, TC=_TREE_DEPTHS,
+                 FIRST=first, PDL=pdl),
+            {"num_warps": _PIPE_WARPS, "launch_pdl": bool(pdl)})
+    lists = ((R * W // _TREE_BEAMS,), dict(WP=triton.next_power_of_2(W), BB=_TREE_BEAMS, TC=_TREE_DEPTHS,
+                                          FIRST=first), {"num_warps": _TREE_WARPS})
+    tiles = W // _TREE_BEAMS
+    iters = 1
+    while iters < _TREE_MAX_ITERS and tiles % (2 * iters) == 0 and \
+            R * geo.hv * tiles / (2 * iters) >= 0.9 * 2 * n_sm:
+        iters *= 2
+    step = ((tiles // iters, R * geo.hv),
+            dict(K=geo.k, V=geo.v, G=geo.group, BB=_TREE_BEAMS, CH=_TREE_CH, ITERS=iters,
+                 STAGES=0 if interpret else _TREE_STAGES, QK_BF16=qk_bf16, UPCAST=interpret),
+            {"num_warps": _TREE_WARPS})
+    return {"prep_tree": prep, "tree_lists": lists, "tree_step": step}
 
 
 def prep_is_deep(t: int, G: int) -> bool:

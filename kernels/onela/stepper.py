@@ -15,7 +15,8 @@ from artifact.cost import BF16, ProjectionReplay
 from artifact.gtr import GtrStore
 from artifact.paths import Stepper, StepperPath
 from kernels.checks import check_reset, check_step, kernel_supports
-from kernels.onela.plan import config_error, launch_config, shape_supports, step_launches
+from kernels.onela.plan import RECORDS_FROM_STEP, config_error, launch_config, shape_supports, step_launches
+from kernels.onela.tree import TreeState
 from kernels.onela.triton_kernels import onela_main_kernel, onela_prep_kernel, onela_prep_pipe_kernel
 from kernels.onela.ws import launch_ws, ws_layout_supports, ws_shape_supports
 
@@ -49,6 +50,9 @@ class OneLAStepper(Stepper):
         if geometry.v % bv or geometry.k % bk:
             raise ValueError(f"onela: tiles BV={bv}, BK={bk} must divide V={geometry.v}, K={geometry.k}")
         self.coef = torch.zeros(3 + 2 * T, R, geometry.hv, W, dtype=torch.float32, device=device)
+        self.tree = None
+        if self.config["tree"] and T > RECORDS_FROM_STEP:
+            self.tree = TreeState(geometry, R, W, T, device)
         # the shape and device part of whether the ws kernel runs, fixed per decode; each step checks its inputs
         self.ws_shape_ok = bool(self.config["ws"]) and ws_shape_supports(geometry, W, self.device) is None
         self.s_bf16 = None              # S_ctx's bf16 rounding, made at reset where the ws kernel runs
@@ -82,6 +86,9 @@ class OneLAStepper(Stepper):
         elif "prep_pipe" in launches:
             grid, const, opts = launches["prep_pipe"]
             self._note_kernel("prep_pipe", onela_prep_pipe_kernel[grid](*prep_args, t, **const, **opts))
+        if "tree_step" in launches:
+            self.tree.launch(self, t, launches, prep_args, (q, k, v, beta, parents, anc_cur), out)
+            return out
         if "ws" in launches:
             kern = launch_ws(self, q, k, v, g, beta, parents, anc_prev, anc_cur, out, *launches["ws"])
             self._note_kernel("ws_step" if launches["ws"][1]["FUSE"] else "ws_main", kern)
@@ -100,12 +107,14 @@ class OneLAStepper(Stepper):
         step, scratch rather than recurrent state, and not counted."""
         geo = self.geometry
         s_copy = self.s_bf16.numel() * 2 if self.s_bf16 is not None else 0
-        return self.R * geo.hv * geo.v * geo.k * 4 + s_copy + self.store.nbytes + self.anc.numel() * 4
+        tree = self.tree.persistent_bytes() if self.tree is not None else 0
+        return self.R * geo.hv * geo.v * geo.k * 4 + s_copy + self.store.nbytes + self.anc.numel() * 4 + tree
 
     def written_bytes(self):
         """Recurrent-state bytes stored: every GTR once (the int32 ancestry rows, 0.12 MiB at R=4 W=512 O=7,
-        are index metadata and counted in persistent_bytes, not here -- as the paper counts state writes)."""
-        return self.store.nbytes
+        are index metadata and counted in persistent_bytes, not here -- as the paper counts state writes), and on the
+        record-major route each record's cumulative gate (4 bytes per record and value head)."""
+        return self.store.nbytes + (self.tree.gcum.numel() * 4 if self.tree is not None else 0)
 
 
 class OneLAPath(StepperPath):

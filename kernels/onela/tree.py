@@ -1,0 +1,259 @@
+"""OneLA's deep steps in tree order: the replay as small products over each beam tile's distinct records.
+
+From step `plan.RECORDS_FROM_STEP` on (where `plan.records_route` takes the shape), a step's ancestral replay
+u_x[b] = sum_i exp(G_b - G_i) (x-hat_b . k-hat_i) delta_i (x = q, k; G the cumulative log gate of a record or of
+the beam at this step, kept per record in the stepper's `gcum`) runs record-major instead of one gather per
+(beam, depth):
+
+- `onela_tree_lists_kernel`, one program per (request, tile of BB positions): the request's beams in tree order --
+  sorted by their ancestral chains, so the beams that share a record at some depth are adjacent at every depth --
+  as one sort per step of (the parent's position in the previous step's order, beam); at the route's first step
+  one sort per depth of the whole ancestry rows. It writes its tile's part of the order and of each beam's
+  position, and the tile's record list: every depth's runs of equal slots as (depth, slot, first position,
+  position past the run), depth-major.
+- `onela_tree_step_kernel`, one program per (tiles, request x value head): the S_ctx projections of the tile's
+  beams, then its list CH records at a time -- their k-hat and delta rows gathered once per tile, the
+  coefficients of every (beam, record) pair as two small products (q @ k-hat^T, k @ k-hat^T), zeroed outside
+  each record's run and decayed, and u += C @ delta on the tensor cores (C as bf16 hi + lo planes) -- then
+  delta_t and o_t as the main kernel forms them. A step on the route is three launches: this kernel after
+  `onela_prep_tree_kernel` (records, ancestry, gates) and the lists.
+The products spend tensor-core FLOPs on pairs the mask zeroes; what they buy is one gather per distinct record
+per tile. Why: kernels/NOTES.md, "Record-major replay".
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from kernels.onela.records import record_row
+
+
+@triton.jit
+def _min(a, b):
+    return tl.minimum(a, b)
+
+
+@triton.jit
+def _slots(anc_ptr, order_ptr, r, W, T_CAP, cols, live, pos):
+    """Ancestry rows [BB, TC] (columns `cols`) of the beams at tree-order positions `pos` of request r (clamped to
+    the request: a neighbour outside the tile is masked by the caller)."""
+    beam = tl.load(order_ptr + tl.minimum(tl.maximum(pos, 0), W - 1))
+    return tl.load(anc_ptr + (r * W + beam)[:, None] * T_CAP + cols[None, :], mask=live, other=0)
+
+
+@triton.jit(do_not_specialize=["step"])
+def onela_tree_lists_kernel(par_ptr, anc_ptr, rank_prev_ptr, rank_ptr, order_ptr, scratch_ptr, ent_ptr, cnt_ptr,
+                            W, T_CAP, step, MAXE, WP: tl.constexpr, BB: tl.constexpr, TC: tl.constexpr,
+                            FIRST: tl.constexpr):
+    """Step `step`'s tree order and record lists (module docstring). anc: this step's ancestry table [R, W, T_CAP]
+    (written by the prep kernel); rank_prev: each beam's position in the previous step's order (not read when
+    FIRST); writes rank and order [R, W] for this tile's positions, the tile's entries (int32 [MAXE, 4] at
+    ent_ptr + tile * MAXE * 4) and its count. scratch: int32 [tiles, WP], this program's copy of the order.
+    W a multiple of BB; WP the power of two >= W; TC depths per chunk of the list's loop."""
+    tile = tl.program_id(0)
+    r = tile // (W // BB)
+    p = tl.arange(0, WP)
+    in_w = p < W
+    scr = scratch_ptr + tile.to(tl.int64) * WP
+    if FIRST:                       # least significant depth first: one sort per depth, each keeping the last order
+        order = p
+        j = step - 1
+        while j >= 0:
+            col = tl.load(anc_ptr + (r * W + order) * T_CAP + j, mask=in_w, other=0)
+            srt = tl.sort(tl.where(in_w, col * WP + p, W * WP + p))
+            tl.store(scr + p, order)
+            tl.debug_barrier()
+            order = tl.load(scr + srt % WP)
+            tl.debug_barrier()
+            j -= 1
+    else:
+        par = tl.load(par_ptr + r * W + p, mask=in_w, other=0)
+        rank = tl.load(rank_prev_ptr + r * W + par, mask=in_w, other=0)
+        order = tl.sort(tl.where(in_w, rank * WP + p, W * WP + p)) % WP
+    tl.store(scr + p, order)
+    tl.debug_barrier()
+    lane = tl.arange(0, BB)
+    pos = (tile % (W // BB)) * BB + lane
+    beam = tl.load(scr + pos)
+    tl.store(order_ptr + r * W + pos, beam)
+    tl.store(rank_ptr + r * W + beam, pos)
+    ent = ent_ptr + tile.to(tl.int64) * MAXE * 4
+    n = 0
+    d0 = 0
+    while d0 < step:             # a while loop: the interpreter takes no range over a run-time bound
+        cols = d0 + tl.arange(0, TC)
+        live = (cols < step)[None, :] & (lane < BB)[:, None]
+        cur = _slots(anc_ptr, scr, r, W, T_CAP, cols, live, pos)
+        head = live & ((lane == 0)[:, None] | (cur != _slots(anc_ptr, scr, r, W, T_CAP, cols, live, pos - 1)))
+        nxt = (lane < BB - 1)[:, None] & (_slots(anc_ptr, scr, r, W, T_CAP, cols, live, pos + 1) != cur)
+        end = tl.associative_scan(tl.where(nxt, lane[:, None] + 1, BB), 0, _min, reverse=True)
+        per_depth = tl.sum(head.to(tl.int32), 0)
+        idx = n + (tl.cumsum(per_depth, 0) - per_depth)[None, :] + tl.cumsum(head.to(tl.int32), 0) - 1
+        e = ent + idx * 4
+        tl.store(e, cols[None, :] + tl.zeros([BB, TC], dtype=tl.int32), mask=head)
+        tl.store(e + 1, cur, mask=head)
+        tl.store(e + 2, lane[:, None] + tl.zeros([BB, TC], dtype=tl.int32), mask=head)
+        tl.store(e + 3, end, mask=head)
+        n += tl.sum(per_depth, 0)
+        d0 += TC
+    tl.store(cnt_ptr + tile, n)
+
+
+@triton.jit
+def _dot(a, b, UPCAST: tl.constexpr):
+    """a @ b with fp32 accumulation; UPCAST (CPU interpreter only, whose bf16 tl.dot is broken in Triton 3.6)
+    multiplies the same bf16 values as exact fp32."""
+    if UPCAST:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32))
+    return tl.dot(a, b)
+
+
+@triton.jit
+def _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x, gb, acc_q, acc_k, dims,
+                   CH: tl.constexpr, K: tl.constexpr, V: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
+    """Entries [c, c + CH) of the tile's list: u += C @ delta with C[b, i] = exp(G_b - G_i) (x_b . k-hat_i) where
+    beam position b lies in record i's run, else 0, for x = the raw q and k rows (the caller applies the norms).
+    x = (q, k) as bf16 and (not QK_BF16) as fp32."""
+    xq, xk, xq_f, xk_f = x
+    R, W, HV, HK = dims
+    e = c + tl.arange(0, CH)
+    live = e < n
+    depth = tl.load(ent + e * 4, mask=live, other=0)
+    slot = tl.load(ent + e * 4 + 1, mask=live, other=0)
+    start = tl.load(ent + e * 4 + 2, mask=live, other=0)
+    end = tl.load(ent + e * 4 + 3, mask=live, other=0)          # padding: the empty run [0, 0)
+    krow = record_row(depth, r, hk, slot, R, HK, W).to(tl.int64)
+    vrow = record_row(depth, r, hv, slot, R, HV, W).to(tl.int64)
+    kh = tl.load(khat_ptr + krow[:, None] * K + tl.arange(0, K)[None, :], mask=live[:, None], other=0.0)
+    d = tl.load(delta_ptr + vrow[:, None] * V + tl.arange(0, V)[None, :], mask=live[:, None], other=0.0)
+    gi = tl.load(gcum_ptr + vrow, mask=live, other=0.0)
+    inside = (lane[:, None] >= start[None, :]) & (lane[:, None] < end[None, :])
+    dec = tl.where(inside, tl.exp(gb[:, None] - gi[None, :]), 0.0)
+    kh_t = tl.trans(kh)
+    cq = _dot(xq, kh_t, UPCAST)                                           # [BB, CH]
+    ck = _dot(xk, kh_t, UPCAST)
+    if not QK_BF16:                     # fp32 inputs: their bf16 residuals too, so the dots keep fp32 accuracy
+        cq += _dot((xq_f - xq.to(tl.float32)).to(tl.bfloat16), kh_t, UPCAST)
+        ck += _dot((xk_f - xk.to(tl.float32)).to(tl.bfloat16), kh_t, UPCAST)
+    cq = cq * dec
+    ck = ck * dec
+    cq_hi = cq.to(tl.bfloat16)
+    ck_hi = ck.to(tl.bfloat16)
+    acc_q += _dot(cq_hi, d, UPCAST) + _dot((cq - cq_hi.to(tl.float32)).to(tl.bfloat16), d, UPCAST)
+    acc_k += _dot(ck_hi, d, UPCAST) + _dot((ck - ck_hi.to(tl.float32)).to(tl.bfloat16), d, UPCAST)
+    return acc_q, acc_k
+
+
+@triton.jit(do_not_specialize=["step"])
+def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE, sq, sv, step,
+                           K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, BB: tl.constexpr, CH: tl.constexpr,
+                           ITERS: tl.constexpr, STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
+    """Step `step` on the record-major route for ITERS tiles of BB tree-order positions of one (request, value
+    head), after `onela_tree_lists_kernel`: the S_ctx[r, hv] tile rounded to bf16 once (as the main kernel's
+    projections take it at K <= 128), then per tile the beams' q, k rows (bf16; fp32 with QK_BF16 off, split into
+    bf16 and a residual) and norms, u_x = exp(G_b) x S^T + the replay over the tile's list (CH records at a
+    time, STAGES chunks in flight; 0: the interpreter's loop) scaled by x's norm, and as the main kernel
+    delta_t = beta (v - u_k) and o_t = u_q + delta_t (k-hat . q-hat): o_t stored, delta_t appended.
+    beams = (q, k, v, beta), gtr = the GtrStore's (k-hat, delta) and gcum, tree = (order, entries, counts);
+    sq / sv = q and k's / v's (request, beam, head) strides."""
+    q_ptr, k_ptr, v_ptr, beta_ptr = beams
+    khat_ptr, delta_ptr, gcum_ptr = gtr
+    order_ptr, ent_ptr, cnt_ptr = tree
+    pid_b = tl.program_id(0)
+    pid_rh = tl.program_id(1)
+    r = pid_rh // HV
+    hv = pid_rh % HV
+    hk = hv // G
+    offs_k = tl.arange(0, K)
+    offs_v = tl.arange(0, V)
+    s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
+    s_t = tl.trans(tl.load(s_ptr + s_row[:, None] + offs_k[None, :]).to(tl.bfloat16))           # [K, V]
+    lane = tl.arange(0, BB)
+    sq_r, sq_w, sq_h = sq
+    sv_r, sv_w, sv_h = sv
+    dims = (R, W, HV, HK)
+    for it in tl.range(0, ITERS, num_stages=1):
+        tile = pid_b * ITERS + it
+        beam = tl.load(order_ptr + r * W + tile * BB + lane)
+        qk_row = (r * sq_r + beam * sq_w + hk * sq_h).to(tl.int64)
+        qf = tl.load(q_ptr + qk_row[:, None] + offs_k[None, :]).to(tl.float32)
+        kf = tl.load(k_ptr + qk_row[:, None] + offs_k[None, :]).to(tl.float32)
+        x = (qf.to(tl.bfloat16), kf.to(tl.bfloat16), qf, kf)        # bf16 inputs: exact
+        inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)   # the prep kernel's norms (`_norms`)
+        inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)
+        kq_t = tl.sum(qf * kf, axis=1) * inv_q * inv_k
+        gb = tl.load(gcum_ptr + record_row(step, r, hv, beam, R, HV, W))
+        u_q = _dot(x[0], s_t, UPCAST)
+        u_k = _dot(x[1], s_t, UPCAST)
+        if not QK_BF16:
+            u_q += _dot((qf - x[0].to(tl.float32)).to(tl.bfloat16), s_t, UPCAST)
+            u_k += _dot((kf - x[1].to(tl.float32)).to(tl.bfloat16), s_t, UPCAST)
+        p = tl.exp(gb)[:, None]
+        u_q = u_q * p
+        u_k = u_k * p
+        rt = r * (W // BB) + tile
+        n = tl.load(cnt_ptr + rt)
+        ent = ent_ptr + rt.to(tl.int64) * MAXE * 4
+        if STAGES == 0:
+            c = 0
+            while c < n:
+                u_q, u_k = _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x, gb, u_q,
+                                          u_k, dims, CH, K, V, QK_BF16, UPCAST)
+                c += CH
+        else:
+            for c in tl.range(0, n, CH, num_stages=STAGES):
+                u_q, u_k = _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x, gb, u_q,
+                                          u_k, dims, CH, K, V, QK_BF16, UPCAST)
+        u_q = u_q * inv_q[:, None]
+        u_k = u_k * inv_k[:, None]
+        gb_off = (r * W + beam) * HV + hv
+        beta = tl.load(beta_ptr + gb_off)
+        v = tl.load(v_ptr + r * sv_r + beam[:, None] * sv_w + hv * sv_h + offs_v[None, :]).to(tl.float32)
+        delta = beta[:, None] * (v - u_k)
+        o = u_q + delta * kq_t[:, None]
+        tl.store(out_ptr + gb_off.to(tl.int64)[:, None] * V + offs_v[None, :], o.to(out_ptr.dtype.element_ty))
+        tl.store(delta_ptr + record_row(step, r, hv, beam, R, HV, W).to(tl.int64)[:, None] * V + offs_v[None, :],
+                 delta.to(delta_ptr.dtype.element_ty))
+
+
+class TreeState:
+    """What the record-major route keeps beside the GtrStore: each record's cumulative log gate gcum
+    [T, R, HV, W] (recurrent state, written once per record), each beam's position in its step's tree order
+    (two ping-pong [R, W] tables: step t reads (t - 1) % 2), and per-step scratch -- the order, the tiles' record
+    lists (at most one entry per (position, depth): [tiles, _TREE_BEAMS T, 4]) and the order copies of the
+    first step's sorts."""
+
+    def __init__(self, geo, R: int, W: int, T: int, device):
+        from kernels.onela.plan import _TREE_BEAMS
+        tiles = R * W // _TREE_BEAMS
+        i32 = dict(dtype=torch.int32, device=device)
+        self.gcum = torch.zeros(T, R, geo.hv, W, dtype=torch.float32, device=device)
+        self.rank = torch.zeros(2, R, W, **i32)
+        self.order = torch.zeros(R, W, **i32)
+        self.scratch = torch.zeros(tiles, triton.next_power_of_2(W), **i32)
+        self.ent = torch.zeros(tiles, _TREE_BEAMS * T, 4, **i32)
+        self.cnt = torch.zeros(tiles, **i32)
+
+    def persistent_bytes(self) -> int:
+        """The gates and the two order tables (the rest is rewritten every step)."""
+        return (self.gcum.numel() + self.rank.numel()) * 4
+
+    def launch(self, st, t: int, launches: dict, prep_args: tuple, ins: tuple, out):
+        """Step t's launches for OneLAStepper `st`: "prep_tree", "tree_lists", "tree_step". prep_args: the prep
+        kernels' arguments; ins = (q, k, v, beta, parents, anc_cur)."""
+        from kernels.onela.triton_kernels import onela_prep_tree_kernel
+        q, k, v, beta, parents, anc_cur = ins
+        geo, R, W = st.geometry, st.R, st.W
+        grid, const, opts = launches["prep_tree"]
+        st._note_kernel("prep_tree", onela_prep_tree_kernel[grid](*prep_args[:8], self.gcum, *prep_args[9:], t,
+                                                                   **const, **opts))
+        grid, const, opts = launches["tree_lists"]
+        st._note_kernel("tree_lists", onela_tree_lists_kernel[grid](
+            parents, anc_cur, self.rank[(t - 1) % 2], self.rank[t % 2], self.order, self.scratch, self.ent,
+            self.cnt, W, st.T, t, self.ent.shape[1], **const, **opts))
+        grid, const, opts = launches["tree_step"]
+        st._note_kernel("tree_step", onela_tree_step_kernel[grid](
+            (q, k, v, beta), st.s_ctx, (st.store.khat, st.store.delta, self.gcum), (self.order, self.ent, self.cnt),
+            out, R, W, geo.hv, geo.hk, self.ent.shape[1], (q.stride(0), q.stride(1), q.stride(2)),
+            (v.stride(0), v.stride(1), v.stride(2)), t, **const, **opts))
