@@ -622,13 +622,18 @@ def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups()
     a [128, 256] S tile leave the ring 3 entries in one launch and 4 after the prep kernel, and k-hat_t goes
     through the o_t / delta_t staging buffers. From step 8 (and past step 20 / G in a group of G) the prep kernel
     is the pipelined one, in beam tiles of 32 (16 at K = 256); past step 31 the Triton main kernel runs, and at
-    K = 128 it runs after the prep kernel past step 5 (the ws kernel's unrolled replay spills there)."""
+    K = 128 it runs after the prep kernel past step 5 (the ws kernel's unrolled replay spills there). Where K and V
+    are at most 128 the record-major route takes every step from 8 instead."""
     for geometry, one_launch in (("qwen3_5_0_8b", range(8)), ("qwen3_5_397b", (0, 1)), ("gdn_1_3b", (0,)),
                                  ("range_k256_v256", range(8)), ("range_hk4_hv16", (0, 1))):
         geo = GEOMETRIES[geometry]
         cfg = launch_config(geo.k, geo.v, 512, 4, geo.hv, 132, geo.group)
+        tree = ["prep_tree", "tree_lists", "tree_step"]
         for t in list(range(10)) + [31]:        # past step 7 the one-launch kernel's shared memory would not fit
             launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
+            if cfg["tree"] and t >= 8:          # K, V <= 128: the record-major route
+                assert sorted(launches) == tree, (geometry, t)
+                continue
             prep = "prep_pipe" if t >= 8 or t * geo.group > 20 else "prep"
             if t not in one_launch and geo.k == 128 and t > 5:     # K = 128 after the prep kernel: Triton main
                 assert sorted(launches) == ["main", prep], (geometry, t)
@@ -642,6 +647,10 @@ def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups()
             assert launches["ws"][0] == (132,)
         for t in (32, 40, 1000):    # past step 31 the Triton kernels after the pipelined prep kernel
             launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
+            assert cfg["tree"] == (geo.k <= 128 and geo.v <= 128), geometry
+            if cfg["tree"]:
+                assert sorted(launches) == tree, (geometry, t)
+                launches = step_launches({**cfg, "tree": False}, geo, 4, 512, t, interpret=False, ws_ok=True)
             assert sorted(launches) == ["main", "prep_pipe"], (geometry, t)
             grid, const, opts = launches["prep_pipe"]
             bb = 32 if geo.k == 128 else 16
