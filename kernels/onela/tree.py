@@ -184,6 +184,9 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
         inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)
         kq_t = tl.sum(qf * kf, axis=1) * inv_q * inv_k
         gb = tl.load(gcum_ptr + record_row(step, r, hv, beam, R, HV, W))
+        gb_off = (r * W + beam) * HV + hv
+        beta = tl.load(beta_ptr + gb_off)          # the epilogue's loads issue with q, k, before the replay
+        v = tl.load(v_ptr + r * sv_r + beam[:, None] * sv_w + hv * sv_h + offs_v[None, :])
         u_q = _dot(x[0], s_t, UPCAST)
         u_k = _dot(x[1], s_t, UPCAST)
         if not QK_BF16:
@@ -207,10 +210,7 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
                                           u_k, dims, CH, K, V, QK_BF16, UPCAST)
         u_q = u_q * inv_q[:, None]
         u_k = u_k * inv_k[:, None]
-        gb_off = (r * W + beam) * HV + hv
-        beta = tl.load(beta_ptr + gb_off)
-        v = tl.load(v_ptr + r * sv_r + beam[:, None] * sv_w + hv * sv_h + offs_v[None, :]).to(tl.float32)
-        delta = beta[:, None] * (v - u_k)
+        delta = beta[:, None] * (v.to(tl.float32) - u_k)
         o = u_q + delta * kq_t[:, None]
         tl.store(out_ptr + gb_off.to(tl.int64)[:, None] * V + offs_v[None, :], o.to(out_ptr.dtype.element_ty))
         tl.store(delta_ptr + record_row(step, r, hv, beam, R, HV, W).to(tl.int64)[:, None] * V + offs_v[None, :],
