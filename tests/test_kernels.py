@@ -124,14 +124,15 @@ def test_onela_decodes_of_any_depth_match_fp64_reference(geo, R, W, T, lineage, 
 
 
 @pytest.mark.parametrize("geo,R,W,T,lineage", [
-    (Geometry(2, 2, 32, 16), 2, 32, 12, "beam"),        # the record-major route at steps 8-11: two tiles a request
-    (Geometry(1, 2, 16, 32), 1, 48, 11, "reversed"),    # G = 2 (a key head's k-hat rows for two value heads)
+    (Geometry(2, 2, 32, 16), 2, 32, 16, "beam"),        # the record-major route from step 13: two tiles a request
+    (Geometry(1, 2, 16, 32), 1, 48, 15, "reversed"),    # G = 2 (a key head's k-hat rows for two value heads)
 ])
 def test_onela_record_major_route_matches_the_depth_loop_and_fp64(geo, R, W, T, lineage, device):
-    """From step 8 the record-major route (tree order, per-tile record lists, the replay as small products; the
-    main kernel without its depth loop) gives the depth loop's outputs within the same-math bound, and the fp64
-    reference's; it writes the same records and ancestry, and each record's cumulative gate is the sum of its
-    chain's log alphas."""
+    """From RECORDS_FROM_STEP the record-major route (tree order, per-tile record lists, the replay as small
+    products) gives the depth loop's outputs within the same-math bound, and the fp64 reference's; it writes the
+    same records and ancestry, its order is the ancestry rows' sorted order (the first step's radix sort, then one
+    sort a step), and each record's cumulative gate is the sum of its chain's log alphas."""
+    from tools.gather_bench import tree_order
     from kernels.onela.plan import RECORDS_FROM_STEP, step_launches as plan
     wl = make_workload(geo, R, W, T, lineage=lineage, seed=T + W, device=device, prompt_len=16)
     cfg = launch_config(geo.k, geo.v, W, R, geo.hv, G=geo.group)
@@ -150,6 +151,9 @@ def test_onela_record_major_route_matches_the_depth_loop_and_fp64(geo, R, W, T, 
     assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
     torch.testing.assert_close(st1.store.khat.float(), st0.store.khat.float(), rtol=0, atol=0)
     torch.testing.assert_close(st1.store.delta.float(), st0.store.delta.float(), rtol=2 ** -7, atol=1e-6)
+    assert torch.equal(st1.tree.order.cpu(), tree_order(st1.anc[(T - 1) % 2].cpu(), T - 1))
+    assert torch.equal(torch.gather(st1.tree.rank[(T - 1) % 2], 1, st1.tree.order.long()).cpu(),
+                       torch.arange(W, dtype=torch.int32).expand(R, W))
     # each live beam's chain: gcum of its depth-j record = the sum of the log alphas down to j
     table = st1.anc[(T - 1) % 2].long()                                   # [R, W, T]
     for j in range(T - 1):
@@ -623,7 +627,8 @@ def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups()
     through the o_t / delta_t staging buffers. From step 8 (and past step 20 / G in a group of G) the prep kernel
     is the pipelined one, in beam tiles of 32 (16 at K = 256); past step 31 the Triton main kernel runs, and at
     K = 128 it runs after the prep kernel past step 5 (the ws kernel's unrolled replay spills there). Where K and V
-    are at most 128 the record-major route takes every step from 8 instead."""
+    are at most 128 the record-major route takes every step from RECORDS_FROM_STEP instead."""
+    from kernels.onela.plan import RECORDS_FROM_STEP
     for geometry, one_launch in (("qwen3_5_0_8b", range(8)), ("qwen3_5_397b", (0, 1)), ("gdn_1_3b", (0,)),
                                  ("range_k256_v256", range(8)), ("range_hk4_hv16", (0, 1))):
         geo = GEOMETRIES[geometry]
@@ -631,7 +636,7 @@ def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups()
         tree = ["prep_tree", "tree_lists", "tree_step"]
         for t in list(range(10)) + [31]:        # past step 7 the one-launch kernel's shared memory would not fit
             launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
-            if cfg["tree"] and t >= 8:          # K, V <= 128: the record-major route
+            if cfg["tree"] and t >= RECORDS_FROM_STEP:      # K, V <= 128: the record-major route
                 assert sorted(launches) == tree, (geometry, t)
                 continue
             prep = "prep_pipe" if t >= 8 or t * geo.group > 20 else "prep"

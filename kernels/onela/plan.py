@@ -46,11 +46,11 @@ _PIPE_FROM_STEP = 8
 # the step kernel (_TREE_BEAMS positions a tile, up to _TREE_MAX_ITERS tiles a program sharing its S tile,
 # _TREE_CH records a chunk, _TREE_STAGES chunks in flight). _TREE_DEPTHS: depths per chunk of the lists' and the
 # prep kernel's loops.
-RECORDS_FROM_STEP = 8
+RECORDS_FROM_STEP = 13
 _TREE_BEAMS = 16
 _TREE_CH = 32
 _TREE_WARPS = 4
-_TREE_STAGES = 2
+_TREE_STAGES = 3
 _TREE_DEPTHS = 32
 _TREE_MAX_ITERS = 8
 # The depth of a decode is limited only by int32 offsets: the kernels index the coefficient table, (3 + 2T) R HV W
@@ -175,8 +175,10 @@ def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpr
             dict(K=geo.k, KP=kp, G=geo.group, GP=triton.next_power_of_2(geo.group), BB=bb, TC=_TREE_DEPTHS,
                  FIRST=first, PDL=pdl),
             {"num_warps": _PIPE_WARPS, "launch_pdl": bool(pdl)})
-    lists = ((R * W // _TREE_BEAMS,), dict(WP=triton.next_power_of_2(W), BB=_TREE_BEAMS, TC=_TREE_DEPTHS,
-                                          FIRST=first), {"num_warps": _TREE_WARPS})
+    wp = triton.next_power_of_2(W)
+    lb = max(1, wp.bit_length() - 1)
+    lists = ((R * W // _TREE_BEAMS,), dict(WP=wp, BB=_TREE_BEAMS, TC=_TREE_DEPTHS, FIRST=first, LB=lb,
+                                          NC=(62 - lb) // lb), {"num_warps": _TREE_WARPS})
     tiles = W // _TREE_BEAMS
     iters = 1
     while iters < _TREE_MAX_ITERS and tiles % (2 * iters) == 0 and \

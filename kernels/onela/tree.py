@@ -8,7 +8,7 @@ the beam at this step, kept per record in the stepper's `gcum`) runs record-majo
 - `onela_tree_lists_kernel`, one program per (request, tile of BB positions): the request's beams in tree order --
   sorted by their ancestral chains, so the beams that share a record at some depth are adjacent at every depth --
   as one sort per step of (the parent's position in the previous step's order, beam); at the route's first step
-  one sort per depth of the whole ancestry rows. It writes its tile's part of the order and of each beam's
+  a radix sort of the whole ancestry rows, several depths a pass. It writes its tile's part of the order and of each beam's
   position, and the tile's record list: every depth's runs of equal slots as (depth, slot, first position,
   position past the run), depth-major.
 - `onela_tree_step_kernel`, one program per (tiles, request x value head): the S_ctx projections of the tile's
@@ -45,28 +45,34 @@ def _slots(anc_ptr, order_ptr, r, W, T_CAP, cols, live, pos):
 @triton.jit(do_not_specialize=["step"])
 def onela_tree_lists_kernel(par_ptr, anc_ptr, rank_prev_ptr, rank_ptr, order_ptr, scratch_ptr, ent_ptr, cnt_ptr,
                             W, T_CAP, step, MAXE, WP: tl.constexpr, BB: tl.constexpr, TC: tl.constexpr,
-                            FIRST: tl.constexpr):
+                            FIRST: tl.constexpr, LB: tl.constexpr, NC: tl.constexpr):
     """Step `step`'s tree order and record lists (module docstring). anc: this step's ancestry table [R, W, T_CAP]
     (written by the prep kernel); rank_prev: each beam's position in the previous step's order (not read when
     FIRST); writes rank and order [R, W] for this tile's positions, the tile's entries (int32 [MAXE, 4] at
     ent_ptr + tile * MAXE * 4) and its count. scratch: int32 [tiles, WP], this program's copy of the order.
-    W a multiple of BB; WP the power of two >= W; TC depths per chunk of the list's loop."""
+    W a multiple of BB; WP the power of two >= W (LB = log2 WP bits a slot); TC depths per chunk of the list's
+    loop; NC ancestry columns per sort at the first step (NC LB + LB < 63: int64 keys)."""
     tile = tl.program_id(0)
     r = tile // (W // BB)
     p = tl.arange(0, WP)
     in_w = p < W
     scr = scratch_ptr + tile.to(tl.int64) * WP
-    if FIRST:                       # least significant depth first: one sort per depth, each keeping the last order
+    if FIRST:   # a least-significant-first radix sort of the ancestry rows: NC columns of LB bits a pass
         order = p
-        j = step - 1
-        while j >= 0:
-            col = tl.load(anc_ptr + (r * W + order) * T_CAP + j, mask=in_w, other=0)
-            srt = tl.sort(tl.where(in_w, col * WP + p, W * WP + p))
+        hi = step
+        while hi > 0:
+            lo = tl.maximum(hi - NC, 0)
+            key = tl.zeros([WP], dtype=tl.int64)
+            for c in tl.static_range(NC):
+                col = tl.load(anc_ptr + (r * W + order) * T_CAP + lo + c, mask=in_w & (lo + c < hi), other=0)
+                key = (key << LB) | col.to(tl.int64)
+            # each key keeps the position it sorts from, so equal columns keep the last pass's order
+            srt = tl.sort(tl.where(in_w, (key << LB) | p.to(tl.int64), (1 << 62) | p.to(tl.int64)))
             tl.store(scr + p, order)
             tl.debug_barrier()
-            order = tl.load(scr + srt % WP)
+            order = tl.load(scr + (srt & (WP - 1)).to(tl.int32))
             tl.debug_barrier()
-            j -= 1
+            hi = lo
     else:
         par = tl.load(par_ptr + r * W + p, mask=in_w, other=0)
         rank = tl.load(rank_prev_ptr + r * W + par, mask=in_w, other=0)
