@@ -53,6 +53,7 @@ _TREE_WARPS = 4
 _TREE_STAGES = 3
 _TREE_DEPTHS = 32
 _TREE_MAX_ITERS = 8
+_TREE_MAX_W = 4096
 # The depth of a decode is limited only by int32 offsets: the kernels index the coefficient table, (3 + 2T) R HV W
 # fp32 entries, in int32, and its entries outnumber the record rows (T R HV W) and ancestry entries (R W T).
 _INT32_MAX = 2**31 - 1
@@ -159,10 +160,11 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
 
 def tree_route_supports(K: int, V: int, W: int) -> bool:
     """Whether the record-major route takes a decode's steps from RECORDS_FROM_STEP on: K and V powers of two up
-    to 128 (one [_TREE_BEAMS, V] accumulator per projection, the main kernel's S tile over all of K) and W a
-    multiple of its tile."""
+    to 128 (one [_TREE_BEAMS, V] accumulator per projection, the S tile over all of K), W a multiple of its tile
+    and at most _TREE_MAX_W (one program sorts a request's W beams; compiled for sm_90a to 4,096 without
+    spills); other shapes keep the depth loop at every step."""
     pow2 = lambda x: x & (x - 1) == 0       # noqa: E731
-    return K <= 128 and V <= 128 and pow2(K) and pow2(V) and W % _TREE_BEAMS == 0
+    return K <= 128 and V <= 128 and pow2(K) and pow2(V) and W % _TREE_BEAMS == 0 and W <= _TREE_MAX_W
 
 
 def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpret: bool, n_sm: int) -> dict:
