@@ -27,6 +27,8 @@ import triton
 import triton.language as tl
 
 from kernels.onela.records import record_row
+from kernels.onela.plan import _TREE_BEAMS
+from kernels.onela.triton_kernels import _mm, _norms, onela_prep_tree_kernel
 
 
 @triton.jit
@@ -107,15 +109,6 @@ def onela_tree_lists_kernel(par_ptr, anc_ptr, rank_prev_ptr, rank_ptr, order_ptr
 
 
 @triton.jit
-def _dot(a, b, UPCAST: tl.constexpr):
-    """a @ b with fp32 accumulation; UPCAST (CPU interpreter only, whose bf16 tl.dot is broken in Triton 3.6)
-    multiplies the same bf16 values as exact fp32."""
-    if UPCAST:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32))
-    return tl.dot(a, b)
-
-
-@triton.jit
 def _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x, gb, acc_q, acc_k, dims,
                    CH: tl.constexpr, K: tl.constexpr, V: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
     """Entries [c, c + CH) of the tile's list: u += C @ delta with C[b, i] = exp(G_b - G_i) (x_b . k-hat_i) where
@@ -137,17 +130,17 @@ def _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x,
     inside = (lane[:, None] >= start[None, :]) & (lane[:, None] < end[None, :])
     dec = tl.where(inside, tl.exp(gb[:, None] - gi[None, :]), 0.0)
     kh_t = tl.trans(kh)
-    cq = _dot(xq, kh_t, UPCAST)                                           # [BB, CH]
-    ck = _dot(xk, kh_t, UPCAST)
+    cq = _mm(xq, kh_t, UPCAST)                                           # [BB, CH]
+    ck = _mm(xk, kh_t, UPCAST)
     if not QK_BF16:                     # fp32 inputs: their bf16 residuals too, so the dots keep fp32 accuracy
-        cq += _dot((xq_f - xq.to(tl.float32)).to(tl.bfloat16), kh_t, UPCAST)
-        ck += _dot((xk_f - xk.to(tl.float32)).to(tl.bfloat16), kh_t, UPCAST)
+        cq += _mm((xq_f - xq.to(tl.float32)).to(tl.bfloat16), kh_t, UPCAST)
+        ck += _mm((xk_f - xk.to(tl.float32)).to(tl.bfloat16), kh_t, UPCAST)
     cq = cq * dec
     ck = ck * dec
     cq_hi = cq.to(tl.bfloat16)
     ck_hi = ck.to(tl.bfloat16)
-    acc_q += _dot(cq_hi, d, UPCAST) + _dot((cq - cq_hi.to(tl.float32)).to(tl.bfloat16), d, UPCAST)
-    acc_k += _dot(ck_hi, d, UPCAST) + _dot((ck - ck_hi.to(tl.float32)).to(tl.bfloat16), d, UPCAST)
+    acc_q += _mm(cq_hi, d, UPCAST) + _mm((cq - cq_hi.to(tl.float32)).to(tl.bfloat16), d, UPCAST)
+    acc_k += _mm(ck_hi, d, UPCAST) + _mm((ck - ck_hi.to(tl.float32)).to(tl.bfloat16), d, UPCAST)
     return acc_q, acc_k
 
 
@@ -186,18 +179,16 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
         qf = tl.load(q_ptr + qk_row[:, None] + offs_k[None, :]).to(tl.float32)
         kf = tl.load(k_ptr + qk_row[:, None] + offs_k[None, :]).to(tl.float32)
         x = (qf.to(tl.bfloat16), kf.to(tl.bfloat16), qf, kf)        # bf16 inputs: exact
-        inv_q = tl.rsqrt(tl.sum(qf * qf, axis=1) + 1e-6) * (K ** -0.5)   # the prep kernel's norms (`_norms`)
-        inv_k = tl.rsqrt(tl.sum(kf * kf, axis=1) + 1e-6)
-        kq_t = tl.sum(qf * kf, axis=1) * inv_q * inv_k
+        inv_q, inv_k, kq_t = _norms(qf, kf, K)
         gb = tl.load(gcum_ptr + record_row(step, r, hv, beam, R, HV, W))
         gb_off = (r * W + beam) * HV + hv
         beta = tl.load(beta_ptr + gb_off)          # the epilogue's loads issue with q, k, before the replay
         v = tl.load(v_ptr + r * sv_r + beam[:, None] * sv_w + hv * sv_h + offs_v[None, :])
-        u_q = _dot(x[0], s_t, UPCAST)
-        u_k = _dot(x[1], s_t, UPCAST)
+        u_q = _mm(x[0], s_t, UPCAST)
+        u_k = _mm(x[1], s_t, UPCAST)
         if not QK_BF16:
-            u_q += _dot((qf - x[0].to(tl.float32)).to(tl.bfloat16), s_t, UPCAST)
-            u_k += _dot((kf - x[1].to(tl.float32)).to(tl.bfloat16), s_t, UPCAST)
+            u_q += _mm((qf - x[0].to(tl.float32)).to(tl.bfloat16), s_t, UPCAST)
+            u_k += _mm((kf - x[1].to(tl.float32)).to(tl.bfloat16), s_t, UPCAST)
         p = tl.exp(gb)[:, None]
         u_q = u_q * p
         u_k = u_k * p
@@ -231,7 +222,6 @@ class TreeState:
     first step's sorts."""
 
     def __init__(self, geo, R: int, W: int, T: int, device):
-        from kernels.onela.plan import _TREE_BEAMS
         tiles = R * W // _TREE_BEAMS
         i32 = dict(dtype=torch.int32, device=device)
         self.gcum = torch.zeros(T, R, geo.hv, W, dtype=torch.float32, device=device)
@@ -248,7 +238,6 @@ class TreeState:
     def launch(self, st, t: int, launches: dict, prep_args: tuple, ins: tuple, out):
         """Step t's launches for OneLAStepper `st`: "prep_tree", "tree_lists", "tree_step". prep_args: the prep
         kernels' arguments; ins = (q, k, v, beta, parents, anc_cur)."""
-        from kernels.onela.triton_kernels import onela_prep_tree_kernel
         q, k, v, beta, parents, anc_cur = ins
         geo, R, W = st.geometry, st.R, st.W
         grid, const, opts = launches["prep_tree"]
