@@ -1,6 +1,6 @@
 """OneLA's deep steps in tree order: the replay as small products over each beam tile's distinct records.
 
-From step `plan.RECORDS_FROM_STEP` on (where `plan.records_route` takes the shape), a step's ancestral replay
+From step `plan.RECORDS_FROM_STEP` on (where `plan.tree_route_supports` takes the shape), a step's ancestral replay
 u_x[b] = sum_i exp(G_b - G_i) (x-hat_b . k-hat_i) delta_i (x = q, k; G the cumulative log gate of a record or of
 the beam at this step, kept per record in the stepper's `gcum`) runs record-major instead of one gather per
 (beam, depth):
@@ -8,9 +8,9 @@ the beam at this step, kept per record in the stepper's `gcum`) runs record-majo
 - `onela_tree_lists_kernel`, one program per (request, tile of BB positions): the request's beams in tree order --
   sorted by their ancestral chains, so the beams that share a record at some depth are adjacent at every depth --
   as one sort per step of (the parent's position in the previous step's order, beam); at the route's first step
-  a radix sort of the whole ancestry rows, several depths a pass. It writes its tile's part of the order and of each beam's
-  position, and the tile's record list: every depth's runs of equal slots as (depth, slot, first position,
-  position past the run), depth-major.
+  a radix sort of the whole ancestry rows, several depths a pass. It writes its tile's part of the order and of
+  each beam's position, and the tile's record list: every depth's runs of equal slots as (depth, slot, first
+  position, position past the run), depth-major.
 - `onela_tree_step_kernel`, one program per (tiles, request x value head): the S_ctx projections of the tile's
   beams, then its list CH records at a time -- their k-hat and delta rows gathered once per tile, the
   coefficients of every (beam, record) pair as two small products (q @ k-hat^T, k @ k-hat^T), zeroed outside
