@@ -123,18 +123,19 @@ def test_onela_decodes_of_any_depth_match_fp64_reference(geo, R, W, T, lineage, 
     assert torch.equal(st.anc[(T - 1) % 2][..., :T - 1].cpu(), anc[..., :T - 1].to(torch.int32))
 
 
-@pytest.mark.parametrize("geo,R,W,T,lineage", [
-    (Geometry(2, 2, 32, 16), 2, 32, 16, "beam"),        # the record-major route from step 13: two tiles a request
-    (Geometry(1, 2, 16, 32), 1, 48, 15, "reversed"),    # G = 2 (a key head's k-hat rows for two value heads)
+@pytest.mark.parametrize("geo,R,W,T,lineage,dtype", [
+    (Geometry(2, 2, 32, 16), 2, 32, 16, "beam", torch.bfloat16),    # the route from step 13: two tiles a request
+    (Geometry(1, 2, 16, 32), 1, 48, 15, "reversed", torch.bfloat16),  # G = 2 (a key head's k-hat rows for two heads)
+    (Geometry(1, 1, 16, 16), 1, 16, 14, "beam", torch.float32),     # fp32 q, k: their bf16 residuals in the dots
 ])
-def test_onela_record_major_route_matches_the_depth_loop_and_fp64(geo, R, W, T, lineage, device):
+def test_onela_record_major_route_matches_the_depth_loop_and_fp64(geo, R, W, T, lineage, dtype, device):
     """From RECORDS_FROM_STEP the record-major route (tree order, per-tile record lists, the replay as small
     products) gives the depth loop's outputs within the same-math bound, and the fp64 reference's; it writes the
     same records and ancestry, its order is the ancestry rows' sorted order (the first step's radix sort, then one
     sort a step), and each record's cumulative gate is the sum of its chain's log alphas."""
     from tools.gather_bench import tree_order
     from kernels.onela.plan import RECORDS_FROM_STEP, step_launches as plan
-    wl = make_workload(geo, R, W, T, lineage=lineage, seed=T + W, device=device, prompt_len=16)
+    wl = make_workload(geo, R, W, T, lineage=lineage, seed=T + W, device=device, prompt_len=16, dtype=dtype)
     cfg = launch_config(geo.k, geo.v, W, R, geo.hv, G=geo.group)
     assert cfg["tree"] and "tree_step" in plan(cfg, geo, R, W, RECORDS_FROM_STEP) and \
         "tree_step" not in plan(cfg, geo, R, W, RECORDS_FROM_STEP - 1)

@@ -41,7 +41,7 @@ _ARGS = {
     "inputs": (_BF16, _BF16, _BF16, _F32, _F32), "records": (_F32, _BF16, _BF16),
     "ptrs": (_I32, _I32, _I32, _F32, _F32, _BF16, _F32, _F32, _BF16, _BF16),
     "sq": ("i32",) * 3, "sv": ("i32",) * 3, "dims": ("i32",) * 5,
-    "gcum_ptr": _F32, "u_ptr": _F32, "delta_ptr": _BF16, "rank_prev_ptr": _I32, "rank_ptr": _I32,
+    "gcum_ptr": _F32, "rank_prev_ptr": _I32, "rank_ptr": _I32,
     "order_ptr": _I32, "scratch_ptr": _I32, "ent_ptr": _I32, "cnt_ptr": _I32,
     "tree": (_I32, _I32, _I32), "beams": (_BF16, _BF16, _BF16, _F32), "gtr": (_BF16, _BF16, _F32),
 }

@@ -114,9 +114,7 @@ def launch_config(K: int, V: int, W: int, R: int = 1, HV: int = 1, n_sm: int = 1
     bv = _largest_pow2_dividing(V, 128 if K <= 128 else 64)
     bk = K if K <= 128 and K == triton.next_power_of_2(K) else _largest_pow2_dividing(K, 64)
     tiles = R * HV * triton.cdiv(W, bb) * (V // bv)
-    iters = 1
-    while bk == K and iters < min(_MAX_BEAM_ITERS, triton.cdiv(W, bb)) and tiles / (2 * iters) >= 0.9 * 2 * n_sm:
-        iters *= 2
+    iters = _tiles_per_program(tiles, min(_MAX_BEAM_ITERS, triton.cdiv(W, bb)) if bk == K else 1, n_sm)
     return {"BB": bb, "BV": bv, "BK": bk, "beam_iters": iters, "pdl": (2 if iters > 1 else 1) if pdl_ok else 0,
             "s_lo": "none" if K <= 128 else "q", "fuse_step0": bk == K and G <= 2,
             "ws": K in WS_HEAD_DIMS and V in WS_VALUE_DIMS,
@@ -141,16 +139,15 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
     kernels. The prep launch is "prep" (the one-tile kernel), or "prep_pipe" (the pipelined kernel, the step a
     run-time argument) from step _PIPE_FROM_STEP on and where `prep_is_deep`."""
     pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
-    if ws_ok and cfg["ws"] and not interpret and ws_runs_step(geo, t) and not (
-            cfg["tree"] and t >= RECORDS_FROM_STEP):     # the interpreter runs no Gluon
+    if cfg["tree"] and t >= RECORDS_FROM_STEP:
+        return _tree_launches(geo, R, W, t, qk_bf16, pdl, interpret, n_sm)
+    if ws_ok and cfg["ws"] and not interpret and ws_runs_step(geo, t):     # the interpreter runs no Gluon
         fuse = ws_fuses_step(geo, t)
         grid, const, opts = ws_launch_params(geo, R, W, t, fuse, n_sm)
         ws = {"ws": (grid, const, {**opts, "launch_pdl": bool(pdl)})}
         return ws if fuse else {**_prep_launch(geo, R, W, t, pdl, interpret), **ws}
     iters = cfg["beam_iters"]
     key_axis = bool(cfg["fuse_step0"]) and t == 0 and cfg["BK"] == geo.k     # step 0 in one launch
-    if cfg["tree"] and t >= RECORDS_FROM_STEP:
-        return _tree_launches(geo, R, W, t, qk_bf16, pdl, interpret, n_sm)
     main = ((geo.v // cfg["BV"], triton.cdiv(W, cfg["BB"] * iters), R * geo.hv),
             dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, BB=cfg["BB"], BV=cfg["BV"], BK=cfg["BK"], BEAM_ITERS=iters,
                  QK_BF16=qk_bf16, UPCAST=interpret, PDL=pdl, S_LO=int(cfg["s_lo"] == "q"), KEY_AXIS=key_axis),
@@ -171,7 +168,7 @@ def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpr
     """Step t's record-major launches: "prep_tree", "tree_lists", "tree_step" (each tile loop of the step kernel as
     long as about two programs per SM remain, as the main kernel's beam_iters)."""
     kp = triton.next_power_of_2(geo.k)
-    bb = _PIPE_BEAMS * 128 // max(kp, 128)
+    bb = _pipe_beams(kp)
     first = t == RECORDS_FROM_STEP
     prep = ((triton.cdiv(W, bb), R * geo.hk),
             dict(K=geo.k, KP=kp, G=geo.group, GP=triton.next_power_of_2(geo.group), BB=bb, TC=_TREE_DEPTHS,
@@ -182,15 +179,28 @@ def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpr
     lists = ((R * W // _TREE_BEAMS,), dict(WP=wp, BB=_TREE_BEAMS, TC=_TREE_DEPTHS, FIRST=first, LB=lb,
                                           NC=(62 - lb) // lb), {"num_warps": _TREE_WARPS})
     tiles = W // _TREE_BEAMS
-    iters = 1
-    while iters < _TREE_MAX_ITERS and tiles % (2 * iters) == 0 and \
-            R * geo.hv * tiles / (2 * iters) >= 0.9 * 2 * n_sm:
-        iters *= 2
+    most = min(_TREE_MAX_ITERS, tiles & -tiles)       # a power of two that divides a request's tiles
+    iters = _tiles_per_program(R * geo.hv * tiles, most, n_sm)
     step = ((tiles // iters, R * geo.hv),
             dict(K=geo.k, V=geo.v, G=geo.group, BB=_TREE_BEAMS, CH=_TREE_CH, ITERS=iters,
                  STAGES=0 if interpret else _TREE_STAGES, QK_BF16=qk_bf16, UPCAST=interpret),
             {"num_warps": _TREE_WARPS})
     return {"prep_tree": prep, "tree_lists": lists, "tree_step": step}
+
+
+def _pipe_beams(kp: int) -> int:
+    """The beam tile of the deep-step prep kernels (pipelined and record-major): _PIPE_BEAMS at K <= 128, fewer
+    above (their q, k rows take registers in proportion to K)."""
+    return _PIPE_BEAMS * 128 // max(kp, 128)
+
+
+def _tiles_per_program(tiles: int, most: int, n_sm: int) -> int:
+    """Beam tiles one program runs, sharing its S tile: the largest power of two up to `most` that still leaves
+    about two programs per SM of the `tiles` in the grid."""
+    iters = 1
+    while iters < most and tiles / (2 * iters) >= 0.9 * 2 * n_sm:
+        iters *= 2
+    return iters
 
 
 def prep_is_deep(t: int, G: int) -> bool:
@@ -206,7 +216,7 @@ def _prep_launch(geo, R: int, W: int, t: int, pdl: int, interpret: bool) -> dict
     const = dict(K=geo.k, KP=kp, G=geo.group, BB=_PREP_BEAMS, PDL=pdl)
     opts = {"num_warps": _PREP_WARPS, "launch_pdl": bool(pdl)}
     if t >= _PIPE_FROM_STEP or prep_is_deep(t, geo.group):
-        bb = _PIPE_BEAMS * 128 // max(kp, 128)
+        bb = _pipe_beams(kp)
         pipe = {**const, "BB": bb, "GP": triton.next_power_of_2(geo.group),
                 "STAGES": 0 if interpret else _PIPE_STAGES}
         return {"prep_pipe": ((triton.cdiv(W, bb), R * geo.hk), pipe,

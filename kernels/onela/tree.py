@@ -28,7 +28,7 @@ import triton.language as tl
 
 from kernels.onela.records import record_row
 from kernels.onela.plan import _TREE_BEAMS
-from kernels.onela.triton_kernels import _mm, _norms, onela_prep_tree_kernel
+from kernels.onela.triton_kernels import _mm, _norms, _qk_dots, _qk_load, onela_prep_tree_kernel
 
 
 @triton.jit
@@ -112,9 +112,9 @@ def onela_tree_lists_kernel(par_ptr, anc_ptr, rank_prev_ptr, rank_ptr, order_ptr
 def _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x, gb, acc_q, acc_k, dims,
                    CH: tl.constexpr, K: tl.constexpr, V: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
     """Entries [c, c + CH) of the tile's list: u += C @ delta with C[b, i] = exp(G_b - G_i) (x_b . k-hat_i) where
-    beam position b lies in record i's run, else 0, for x = the raw q and k rows (the caller applies the norms).
-    x = (q, k) as bf16 and (not QK_BF16) as fp32."""
-    xq, xk, xq_f, xk_f = x
+    beam position b lies in record i's run, else 0, for x = the raw q and k rows (the caller applies the norms),
+    as loaded: bf16, or fp32 with QK_BF16 off (split into bf16 and a residual by `_qk_dots`)."""
+    q_in, k_in = x
     R, W, HV, HK = dims
     e = c + tl.arange(0, CH)
     live = e < n
@@ -130,11 +130,7 @@ def _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x,
     inside = (lane[:, None] >= start[None, :]) & (lane[:, None] < end[None, :])
     dec = tl.where(inside, tl.exp(gb[:, None] - gi[None, :]), 0.0)
     kh_t = tl.trans(kh)
-    cq = _mm(xq, kh_t, UPCAST)                                           # [BB, CH]
-    ck = _mm(xk, kh_t, UPCAST)
-    if not QK_BF16:                     # fp32 inputs: their bf16 residuals too, so the dots keep fp32 accuracy
-        cq += _mm((xq_f - xq.to(tl.float32)).to(tl.bfloat16), kh_t, UPCAST)
-        ck += _mm((xk_f - xk.to(tl.float32)).to(tl.bfloat16), kh_t, UPCAST)
+    cq, ck = _qk_dots(q_in, k_in, kh_t, kh_t, QK_BF16, UPCAST, 0)          # [BB, CH] each
     cq = cq * dec
     ck = ck * dec
     cq_hi = cq.to(tl.bfloat16)
@@ -176,19 +172,13 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
         tile = pid_b * ITERS + it
         beam = tl.load(order_ptr + r * W + tile * BB + lane)
         qk_row = (r * sq_r + beam * sq_w + hk * sq_h).to(tl.int64)
-        qf = tl.load(q_ptr + qk_row[:, None] + offs_k[None, :]).to(tl.float32)
-        kf = tl.load(k_ptr + qk_row[:, None] + offs_k[None, :]).to(tl.float32)
-        x = (qf.to(tl.bfloat16), kf.to(tl.bfloat16), qf, kf)        # bf16 inputs: exact
-        inv_q, inv_k, kq_t = _norms(qf, kf, K)
+        x = _qk_load(q_ptr, k_ptr, qk_row, offs_k, lane < BB)
+        inv_q, inv_k, kq_t = _norms(x[0].to(tl.float32), x[1].to(tl.float32), K)
         gb = tl.load(gcum_ptr + record_row(step, r, hv, beam, R, HV, W))
         gb_off = (r * W + beam) * HV + hv
         beta = tl.load(beta_ptr + gb_off)          # the epilogue's loads issue with q, k, before the replay
         v = tl.load(v_ptr + r * sv_r + beam[:, None] * sv_w + hv * sv_h + offs_v[None, :])
-        u_q = _mm(x[0], s_t, UPCAST)
-        u_k = _mm(x[1], s_t, UPCAST)
-        if not QK_BF16:
-            u_q += _mm((qf - x[0].to(tl.float32)).to(tl.bfloat16), s_t, UPCAST)
-            u_k += _mm((kf - x[1].to(tl.float32)).to(tl.bfloat16), s_t, UPCAST)
+        u_q, u_k = _qk_dots(x[0], x[1], s_t, s_t, QK_BF16, UPCAST, 0)    # S rounded to bf16, as the main kernel
         p = tl.exp(gb)[:, None]
         u_q = u_q * p
         u_k = u_k * p
