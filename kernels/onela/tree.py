@@ -143,7 +143,8 @@ def _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x,
 @triton.jit(do_not_specialize=["step"])
 def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE, sq, sv, step,
                            K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, BB: tl.constexpr, CH: tl.constexpr,
-                           ITERS: tl.constexpr, STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
+                           ITERS: tl.constexpr, STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
+                           PREFETCH: tl.constexpr = False):
     """Step `step` on the record-major route for ITERS tiles of BB tree-order positions of one (request, value
     head), after `onela_tree_lists_kernel`: the S_ctx[r, hv] tile rounded to bf16 once (as the main kernel's
     projections take it at K <= 128), then per tile the beams' q, k rows (bf16; fp32 with QK_BF16 off, split into
@@ -168,11 +169,21 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
     sq_r, sq_w, sq_h = sq
     sv_r, sv_w, sv_h = sv
     dims = (R, W, HV, HK)
+    beam_n = tl.load(order_ptr + r * W + pid_b * ITERS * BB + lane)
+    q_n, k_n = _qk_load(q_ptr, k_ptr, (r * sq_r + beam_n * sq_w + hk * sq_h).to(tl.int64), offs_k, lane < BB)
     for it in tl.range(0, ITERS, num_stages=1):
         tile = pid_b * ITERS + it
-        beam = tl.load(order_ptr + r * W + tile * BB + lane)
-        qk_row = (r * sq_r + beam * sq_w + hk * sq_h).to(tl.int64)
-        x = _qk_load(q_ptr, k_ptr, qk_row, offs_k, lane < BB)
+        if PREFETCH:        # this tile's order and rows were loaded during the previous tile; load the next's
+            beam = beam_n
+            x = (q_n, k_n)
+            nxt = pid_b * ITERS + tl.minimum(it + 1, ITERS - 1)
+            beam_n = tl.load(order_ptr + r * W + nxt * BB + lane)
+            q_n, k_n = _qk_load(q_ptr, k_ptr, (r * sq_r + beam_n * sq_w + hk * sq_h).to(tl.int64), offs_k,
+                                lane < BB)
+        else:
+            beam = tl.load(order_ptr + r * W + tile * BB + lane)
+            qk_row = (r * sq_r + beam * sq_w + hk * sq_h).to(tl.int64)
+            x = _qk_load(q_ptr, k_ptr, qk_row, offs_k, lane < BB)
         inv_q, inv_k, kq_t = _norms(x[0].to(tl.float32), x[1].to(tl.float32), K)
         gb = tl.load(gcum_ptr + record_row(step, r, hv, beam, R, HV, W))
         gb_off = (r * W + beam) * HV + hv
