@@ -149,6 +149,15 @@ def test_onela_record_major_route_matches_the_depth_loop_and_fp64(geo, R, W, T, 
     # the same products summed in another order; that can flip a bf16 record's rounding (~1e-5 of |o|)
     assert (out1 - out0).abs().max().item() <= 2e-4 * out0.abs().max().item()
     assert torch.equal(out1[:RECORDS_FROM_STEP], out0[:RECORDS_FROM_STEP])
+    if W // 16 % 2 == 0:     # as on a GPU of one SM: each step-kernel program runs several tiles, sharing its S tile
+        assert plan(cfg, geo, R, W, RECORDS_FROM_STEP, n_sm=1)["tree_step"][1]["ITERS"] > 1
+        st2 = OneLAStepper(wl.geometry, R, W, T, wl.device)
+        st2.n_sm = 1
+        out2 = torch.full_like(out1, math.nan)
+        st2.reset(wl.s_ctx)
+        for t in range(T):
+            st2.step(t, wl.q[t], wl.k[t], wl.v[t], wl.g[t], wl.beta[t], wl.parents[t], out2[t])
+        assert torch.equal(out2, out1)
     assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
     torch.testing.assert_close(st1.store.khat.float(), st0.store.khat.float(), rtol=0, atol=0)
     torch.testing.assert_close(st1.store.delta.float(), st0.store.delta.float(), rtol=2 ** -7, atol=1e-6)
