@@ -56,6 +56,7 @@ _TREE_MAX_ITERS = 8
 _TREE_MAXNREG = None
 _TREE_PER_SM = 2
 _TREE_PREFETCH = False
+_TREE_FLAT = False
 _TREE_MAX_W = 4096
 # The depth of a decode is limited only by int32 offsets: the kernels index the coefficient table, (3 + 2T) R HV W
 # fp32 entries, in int32, and its entries outnumber the record rows (T R HV W) and ancestry entries (R W T).
@@ -188,7 +189,7 @@ def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpr
     step = ((tiles // iters, R * geo.hv),
             dict(K=geo.k, V=geo.v, G=geo.group, BB=_TREE_BEAMS, CH=_TREE_CH, ITERS=iters,
                  STAGES=0 if interpret else _TREE_STAGES, QK_BF16=qk_bf16, UPCAST=interpret,
-                 PREFETCH=_TREE_PREFETCH), opts)
+                 PREFETCH=_TREE_PREFETCH, FLAT=_TREE_FLAT), opts)
     return {"prep_tree": prep, "tree_lists": lists, "tree_step": step}
 
 
