@@ -53,10 +53,6 @@ _TREE_WARPS = 4
 _TREE_STAGES = 3
 _TREE_DEPTHS = 32
 _TREE_MAX_ITERS = 8
-_TREE_MAXNREG = None
-_TREE_PER_SM = 2
-_TREE_PREFETCH = False
-_TREE_FLAT = False
 _TREE_MAX_W = 4096
 # The depth of a decode is limited only by int32 offsets: the kernels index the coefficient table, (3 + 2T) R HV W
 # fp32 entries, in int32, and its entries outnumber the record rows (T R HV W) and ancestry entries (R W T).
@@ -184,12 +180,11 @@ def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpr
                                           NC=(62 - lb) // lb), {"num_warps": _TREE_WARPS})
     tiles = W // _TREE_BEAMS
     most = min(_TREE_MAX_ITERS, tiles & -tiles)       # a power of two that divides a request's tiles
-    iters = _tiles_per_program(R * geo.hv * tiles, most, n_sm, _TREE_PER_SM)
-    opts = {"num_warps": _TREE_WARPS, **({"maxnreg": _TREE_MAXNREG} if _TREE_MAXNREG else {})}
+    iters = _tiles_per_program(R * geo.hv * tiles, most, n_sm)
     step = ((tiles // iters, R * geo.hv),
             dict(K=geo.k, V=geo.v, G=geo.group, BB=_TREE_BEAMS, CH=_TREE_CH, ITERS=iters,
-                 STAGES=0 if interpret else _TREE_STAGES, QK_BF16=qk_bf16, UPCAST=interpret,
-                 PREFETCH=_TREE_PREFETCH, FLAT=_TREE_FLAT), opts)
+                 STAGES=0 if interpret else _TREE_STAGES, QK_BF16=qk_bf16, UPCAST=interpret),
+            {"num_warps": _TREE_WARPS})
     return {"prep_tree": prep, "tree_lists": lists, "tree_step": step}
 
 
@@ -199,11 +194,11 @@ def _pipe_beams(kp: int) -> int:
     return _PIPE_BEAMS * 128 // max(kp, 128)
 
 
-def _tiles_per_program(tiles: int, most: int, n_sm: int, per_sm: int = 2) -> int:
+def _tiles_per_program(tiles: int, most: int, n_sm: int) -> int:
     """Beam tiles one program runs, sharing its S tile: the largest power of two up to `most` that still leaves
-    about `per_sm` programs per SM of the `tiles` in the grid."""
+    about two programs per SM of the `tiles` in the grid."""
     iters = 1
-    while iters < most and tiles / (2 * iters) >= 0.9 * per_sm * n_sm:
+    while iters < most and tiles / (2 * iters) >= 0.9 * 2 * n_sm:
         iters *= 2
     return iters
 

@@ -143,8 +143,7 @@ def _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x,
 @triton.jit(do_not_specialize=["step"])
 def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE, sq, sv, step,
                            K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, BB: tl.constexpr, CH: tl.constexpr,
-                           ITERS: tl.constexpr, STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
-                           PREFETCH: tl.constexpr = False, FLAT: tl.constexpr = False):
+                           ITERS: tl.constexpr, STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
     """Step `step` on the record-major route for ITERS tiles of BB tree-order positions of one (request, value
     head), after `onela_tree_lists_kernel`: the S_ctx[r, hv] tile rounded to bf16 once (as the main kernel's
     projections take it at K <= 128), then per tile the beams' q, k rows (bf16; fp32 with QK_BF16 off, split into
@@ -169,144 +168,40 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
     sq_r, sq_w, sq_h = sq
     sv_r, sv_w, sv_h = sv
     dims = (R, W, HV, HK)
-    if FLAT:
-        _flat_tiles(beams, s_t, gtr, tree, out_ptr, R, W, HV, HK, MAXE, sq, sv, step, r, hv, hk, pid_b, K, V, BB,
-                    CH, ITERS, STAGES, QK_BF16, UPCAST)
-    else:
-        beam_n = tl.load(order_ptr + r * W + pid_b * ITERS * BB + lane)
-        q_n, k_n = _qk_load(q_ptr, k_ptr, (r * sq_r + beam_n * sq_w + hk * sq_h).to(tl.int64), offs_k, lane < BB)
-        for it in tl.range(0, ITERS, num_stages=1):
-            tile = pid_b * ITERS + it
-            if PREFETCH:        # this tile's order and rows were loaded during the previous tile; load the next's
-                beam = beam_n
-                x = (q_n, k_n)
-                nxt = pid_b * ITERS + tl.minimum(it + 1, ITERS - 1)
-                beam_n = tl.load(order_ptr + r * W + nxt * BB + lane)
-                q_n, k_n = _qk_load(q_ptr, k_ptr, (r * sq_r + beam_n * sq_w + hk * sq_h).to(tl.int64), offs_k,
-                                    lane < BB)
-            else:
-                beam = tl.load(order_ptr + r * W + tile * BB + lane)
-                qk_row = (r * sq_r + beam * sq_w + hk * sq_h).to(tl.int64)
-                x = _qk_load(q_ptr, k_ptr, qk_row, offs_k, lane < BB)
-            inv_q, inv_k, kq_t = _norms(x[0].to(tl.float32), x[1].to(tl.float32), K)
-            gb = tl.load(gcum_ptr + record_row(step, r, hv, beam, R, HV, W))
-            gb_off = (r * W + beam) * HV + hv
-            beta = tl.load(beta_ptr + gb_off)          # the epilogue's loads issue with q, k, before the replay
-            v = tl.load(v_ptr + r * sv_r + beam[:, None] * sv_w + hv * sv_h + offs_v[None, :])
-            u_q, u_k = _qk_dots(x[0], x[1], s_t, s_t, QK_BF16, UPCAST, 0)    # S rounded to bf16, as the main kernel
-            p = tl.exp(gb)[:, None]
-            u_q = u_q * p
-            u_k = u_k * p
-            rt = r * (W // BB) + tile
-            n = tl.load(cnt_ptr + rt)
-            ent = ent_ptr + rt.to(tl.int64) * MAXE * 4
-            if STAGES == 0:
-                c = 0
-                while c < n:
-                    u_q, u_k = _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x, gb, u_q,
-                                              u_k, dims, CH, K, V, QK_BF16, UPCAST)
-                    c += CH
-            else:
-                for c in tl.range(0, n, CH, num_stages=STAGES):
-                    u_q, u_k = _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x, gb, u_q,
-                                              u_k, dims, CH, K, V, QK_BF16, UPCAST)
-            _tile_store(u_q * inv_q[:, None], u_k * inv_k[:, None], kq_t, beta, v, beam, out_ptr, delta_ptr, r, hv,
-                        R, W, HV, step, offs_v, V)
-
-
-@triton.jit
-def _tile_store(u_q, u_k, kq_t, beta, v, beam, out_ptr, delta_ptr, r, hv, R, W, HV, step, offs_v, V: tl.constexpr):
-    """A tile's outputs from its normalised u_q, u_k: delta_t = beta (v - u_k) appended, o_t = u_q + delta_t
-    (k-hat . q-hat) stored."""
-    delta = beta[:, None] * (v.to(tl.float32) - u_k)
-    o = u_q + delta * kq_t[:, None]
-    tl.store(out_ptr + ((r * W + beam) * HV + hv).to(tl.int64)[:, None] * V + offs_v[None, :],
-             o.to(out_ptr.dtype.element_ty))
-    tl.store(delta_ptr + record_row(step, r, hv, beam, R, HV, W).to(tl.int64)[:, None] * V + offs_v[None, :],
-             delta.to(delta_ptr.dtype.element_ty))
-
-
-@triton.jit
-def _tile_rows(beams, gcum_ptr, beam, r, hv, hk, R, W, HV, sq, sv, step, offs_k, offs_v):
-    """A tile's rows: raw q, k [BB, K], v [BB, V], beta and its beams' cumulative gates [BB]."""
-    q_ptr, k_ptr, v_ptr, beta_ptr = beams
-    sq_r, sq_w, sq_h = sq
-    sv_r, sv_w, sv_h = sv
-    q_in, k_in = _qk_load(q_ptr, k_ptr, (r * sq_r + beam * sq_w + hk * sq_h).to(tl.int64), offs_k, beam >= 0)
-    v = tl.load(v_ptr + r * sv_r + beam[:, None] * sv_w + hv * sv_h + offs_v[None, :])
-    beta = tl.load(beta_ptr + (r * W + beam) * HV + hv)
-    gb = tl.load(gcum_ptr + record_row(step, r, hv, beam, R, HV, W))
-    return q_in, k_in, v, beta, gb
-
-
-@triton.jit
-def _flat_tiles(beams, s_t, gtr, tree, out_ptr, R, W, HV, HK, MAXE, sq, sv, step, r, hv, hk, pid_b,
-                K: tl.constexpr, V: tl.constexpr, BB: tl.constexpr, CH: tl.constexpr, ITERS: tl.constexpr,
-                STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
-    """The program's ITERS tiles as one loop over all their list chunks (chunk i belongs to the tile whose chunks
-    span i), so the chunks' entry and row loads stay in flight across tile boundaries; a tile's projections and
-    outputs run at its last chunk, and the next tile's rows load then (every tile has at least `step` >= 1
-    entries: one record a depth)."""
-    khat_ptr, delta_ptr, gcum_ptr = gtr
-    order_ptr, ent_ptr, cnt_ptr = tree
-    lane = tl.arange(0, BB)
-    offs_k = tl.arange(0, K)
-    offs_v = tl.arange(0, V)
-    its = tl.arange(0, ITERS)
-    rt0 = r * (W // BB) + pid_b * ITERS
-    cnt = tl.load(cnt_ptr + rt0 + its)                                   # [ITERS]
-    last = tl.cumsum((cnt + CH - 1) // CH, 0)                            # chunks up to and with each tile
-    first = last - (cnt + CH - 1) // CH
-    order = tl.load(order_ptr + r * W + (pid_b * ITERS + its)[:, None] * BB + lane[None, :])      # [ITERS, BB]
-    beam = tl.sum(tl.where(its[:, None] == 0, order, 0), 0)
-    q_in, k_in, v, beta, gb = _tile_rows(beams, gcum_ptr, beam, r, hv, hk, R, W, HV, sq, sv, step, offs_k, offs_v)
-    acc_q = tl.zeros([BB, V], dtype=tl.float32)
-    acc_k = tl.zeros([BB, V], dtype=tl.float32)
-    dims = (R, W, HV, HK)
-    state = (acc_q, acc_k, beam, q_in, k_in, v, beta, gb)
-    tiles = (cnt, first, last, order, its, rt0)
-    total = tl.sum(last - first, 0)
-    if STAGES == 0:             # the interpreter: a while loop (it takes no range over a run-time bound)
-        i = 0
-        while i < total:
-            state = _flat_chunk(i, state, tiles, s_t, beams, gtr, ent_ptr, out_ptr, r, hv, hk, dims, MAXE, sq, sv,
-                                step, lane, offs_k, offs_v, K, V, BB, CH, ITERS, QK_BF16, UPCAST)
-            i += 1
-    else:
-        for i in tl.range(0, total, num_stages=STAGES):
-            state = _flat_chunk(i, state, tiles, s_t, beams, gtr, ent_ptr, out_ptr, r, hv, hk, dims, MAXE, sq, sv,
-                                step, lane, offs_k, offs_v, K, V, BB, CH, ITERS, QK_BF16, UPCAST)
-
-
-@triton.jit
-def _flat_chunk(i, state, tiles, s_t, beams, gtr, ent_ptr, out_ptr, r, hv, hk, dims, MAXE, sq, sv, step, lane, offs_k,
-                offs_v, K: tl.constexpr, V: tl.constexpr, BB: tl.constexpr, CH: tl.constexpr, ITERS: tl.constexpr,
-                QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
-    """Chunk i of `_flat_tiles`' loop: the replay of its CH entries; at its tile's last chunk the tile's outputs,
-    then the next tile's rows. state = (acc_q, acc_k, beam, q, k, v, beta, gcum) of the tile in progress."""
-    acc_q, acc_k, beam, q_in, k_in, v, beta, gb = state
-    cnt, first, last, order, its, rt0 = tiles
-    khat_ptr, delta_ptr, gcum_ptr = gtr
-    R, W, HV, HK = dims
-    it = tl.sum((last <= i).to(tl.int32), 0)
-    sel = its == it
-    n = tl.sum(tl.where(sel, cnt, 0), 0)
-    c = (i - tl.sum(tl.where(sel, first, 0), 0)) * CH
-    ent = ent_ptr + (rt0 + it).to(tl.int64) * MAXE * 4
-    acc_q, acc_k = _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, (q_in, k_in), gb,
-                                  acc_q, acc_k, dims, CH, K, V, QK_BF16, UPCAST)
-    if i == tl.sum(tl.where(sel, last, 0), 0) - 1:         # the tile's last chunk
-        inv_q, inv_k, kq_t = _norms(q_in.to(tl.float32), k_in.to(tl.float32), K)
-        u_q, u_k = _qk_dots(q_in, k_in, s_t, s_t, QK_BF16, UPCAST, 0)
+    for it in tl.range(0, ITERS, num_stages=1):
+        tile = pid_b * ITERS + it
+        beam = tl.load(order_ptr + r * W + tile * BB + lane)
+        qk_row = (r * sq_r + beam * sq_w + hk * sq_h).to(tl.int64)
+        x = _qk_load(q_ptr, k_ptr, qk_row, offs_k, lane < BB)
+        inv_q, inv_k, kq_t = _norms(x[0].to(tl.float32), x[1].to(tl.float32), K)
+        gb = tl.load(gcum_ptr + record_row(step, r, hv, beam, R, HV, W))
+        gb_off = (r * W + beam) * HV + hv
+        beta = tl.load(beta_ptr + gb_off)          # the epilogue's loads issue with q, k, before the replay
+        v = tl.load(v_ptr + r * sv_r + beam[:, None] * sv_w + hv * sv_h + offs_v[None, :])
+        u_q, u_k = _qk_dots(x[0], x[1], s_t, s_t, QK_BF16, UPCAST, 0)    # S rounded to bf16, as the main kernel
         p = tl.exp(gb)[:, None]
-        _tile_store((u_q * p + acc_q) * inv_q[:, None], (u_k * p + acc_k) * inv_k[:, None], kq_t, beta, v, beam,
-                    out_ptr, delta_ptr, r, hv, R, W, HV, step, offs_v, V)
-        acc_q = tl.zeros([BB, V], dtype=tl.float32)
-        acc_k = tl.zeros([BB, V], dtype=tl.float32)
-        beam = tl.sum(tl.where(its[:, None] == tl.minimum(it + 1, ITERS - 1), order, 0), 0)
-        q_in, k_in, v, beta, gb = _tile_rows(beams, gcum_ptr, beam, r, hv, hk, R, W, HV, sq, sv, step, offs_k,
-                                             offs_v)
-    return acc_q, acc_k, beam, q_in, k_in, v, beta, gb
+        u_q = u_q * p
+        u_k = u_k * p
+        rt = r * (W // BB) + tile
+        n = tl.load(cnt_ptr + rt)
+        ent = ent_ptr + rt.to(tl.int64) * MAXE * 4
+        if STAGES == 0:
+            c = 0
+            while c < n:
+                u_q, u_k = _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x, gb, u_q,
+                                          u_k, dims, CH, K, V, QK_BF16, UPCAST)
+                c += CH
+        else:
+            for c in tl.range(0, n, CH, num_stages=STAGES):
+                u_q, u_k = _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x, gb, u_q,
+                                          u_k, dims, CH, K, V, QK_BF16, UPCAST)
+        u_q = u_q * inv_q[:, None]
+        u_k = u_k * inv_k[:, None]
+        delta = beta[:, None] * (v.to(tl.float32) - u_k)
+        o = u_q + delta * kq_t[:, None]
+        tl.store(out_ptr + gb_off.to(tl.int64)[:, None] * V + offs_v[None, :], o.to(out_ptr.dtype.element_ty))
+        tl.store(delta_ptr + record_row(step, r, hv, beam, R, HV, W).to(tl.int64)[:, None] * V + offs_v[None, :],
+                 delta.to(delta_ptr.dtype.element_ty))
 
 
 class TreeState:
