@@ -33,12 +33,17 @@ CPU_REL_TOL, GPU_REL_TOL = 8e-3, 4e-3   # tiny K: |delta| (k.q) is large, so bf1
 
 def _run(stepper_cls, wl, out_dtype=torch.float32, *ctor_args):
     st = stepper_cls(wl.geometry, wl.R, wl.W, wl.T, wl.device, *ctor_args)   # ctor_args: e.g. a config
+    return st, _decode(st, wl, out_dtype)
+
+
+def _decode(st, wl, out_dtype=torch.float32):
+    """Stepper `st`'s decode of workload `wl`: the outputs (NaN where never written)."""
     out = torch.full((wl.T, wl.R, wl.W, wl.geometry.hv, wl.geometry.v), math.nan, dtype=out_dtype,
                      device=wl.device)
     st.reset(wl.s_ctx)
     for t in range(wl.T):
         st.step(t, wl.q[t], wl.k[t], wl.v[t], wl.g[t], wl.beta[t], wl.parents[t], out[t])
-    return st, out
+    return out
 
 
 CASES = [(OneLAStepper, lineage, *shape) for lineage in LINEAGES for shape in SMALL] + [
@@ -134,7 +139,7 @@ def test_onela_record_major_route_matches_the_depth_loop_and_fp64(geo, R, W, T, 
     same records and ancestry, its order is the ancestry rows' sorted order (the first step's radix sort, then one
     sort a step), and each record's cumulative gate is the sum of its chain's log alphas."""
     from tools.gather_bench import tree_order
-    from kernels.onela.plan import RECORDS_FROM_STEP, step_launches as plan
+    from kernels.onela.plan import RECORDS_FROM_STEP, _TREE_BEAMS, step_launches as plan
     wl = make_workload(geo, R, W, T, lineage=lineage, seed=T + W, device=device, prompt_len=16, dtype=dtype)
     cfg = launch_config(geo.k, geo.v, W, R, geo.hv, G=geo.group)
     assert cfg["tree"] and "tree_step" in plan(cfg, geo, R, W, RECORDS_FROM_STEP) and \
@@ -149,15 +154,11 @@ def test_onela_record_major_route_matches_the_depth_loop_and_fp64(geo, R, W, T, 
     # the same products summed in another order; that can flip a bf16 record's rounding (~1e-5 of |o|)
     assert (out1 - out0).abs().max().item() <= 2e-4 * out0.abs().max().item()
     assert torch.equal(out1[:RECORDS_FROM_STEP], out0[:RECORDS_FROM_STEP])
-    if W // 16 % 2 == 0:     # as on a GPU of one SM: each step-kernel program runs several tiles, sharing its S tile
+    if W // _TREE_BEAMS % 2 == 0:    # as on a GPU of one SM: each step-kernel program runs several tiles
         assert plan(cfg, geo, R, W, RECORDS_FROM_STEP, n_sm=1)["tree_step"][1]["ITERS"] > 1
         st2 = OneLAStepper(wl.geometry, R, W, T, wl.device)
         st2.n_sm = 1
-        out2 = torch.full_like(out1, math.nan)
-        st2.reset(wl.s_ctx)
-        for t in range(T):
-            st2.step(t, wl.q[t], wl.k[t], wl.v[t], wl.g[t], wl.beta[t], wl.parents[t], out2[t])
-        assert torch.equal(out2, out1)
+        assert torch.equal(_decode(st2, wl), out1)
     assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
     torch.testing.assert_close(st1.store.khat.float(), st0.store.khat.float(), rtol=0, atol=0)
     torch.testing.assert_close(st1.store.delta.float(), st0.store.delta.float(), rtol=2 ** -7, atol=1e-6)
