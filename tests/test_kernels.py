@@ -730,7 +730,7 @@ def test_compile_report_compiles_hopper_kernels_without_a_gpu(sm90_compile):
 
     # past step 31 (W = 64: the ws kernel's shape): the pipelined prep kernel, then the Triton main kernel; the prep
     # kernel in 128 registers (4 programs per SM) at any depth, its gathers cp.async copies (LDGSTS: the loop is
-    # software-pipelined), 16 bytes spilled at most
+    # software-pipelined, its waits leave copy groups in flight), 16 bytes spilled at most
     out = inspect("--geometry", "gdn_1_3b", "--R", "1", "--W", "64", "--O", "64", "--steps", "32", "62", "--order")
     for step in (32, 62):
         lines = [ln for ln in out if ln.startswith(f"step {step} ")]
@@ -739,6 +739,8 @@ def test_compile_report_compiles_hopper_kernels_without_a_gpu(sm90_compile):
         registers, _, spilled = prep.split(":")[1].split()[:3]
         assert int(registers) <= 128 and int(spilled) <= 16, prep
         assert "LDGSTS" in out[out.index(prep) + 1], out
+        waits = out[out.index(prep) + 2]
+        assert waits.startswith("  cp.async waits") and max(map(int, waits.split(":")[1].split(","))) > 0, out
 
     out = inspect("--geometry", "range_k256_v256", "--R", "16", "--O", "3", "--steps", "1", "--order",
                   "--config", '{"ws": false}')

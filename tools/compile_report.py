@@ -3,8 +3,8 @@
 Prints, per decode step and kernel, what Triton's compile for sm_90a allocates -- registers per thread, spilled
 bytes, shared memory (read from its cubin with the cuobjdump Triton ships) -- and with `--order` each
 kernel's instruction classes in issue order (global loads, fp32 -> bf16 converts, tensor-core MMAs, stores,
-barriers), run-length encoded. Those decide a kernel's occupancy and whether its loads overlap; checking them
-costs no device time. The launch parameters come from `kernels.onela.step_launches`, the same function the
+barriers), run-length encoded, and its cp.async waits (how many copy groups each leaves in flight). Those decide
+a kernel's occupancy and whether its loads overlap; checking them costs no device time. The launch parameters come from `kernels.onela.step_launches`, the same function the
 stepper launches with, and pointer / stride arguments are marked 16-divisible as Triton's launcher specialises
 them for real tensors (without that, loads compile unvectorised and the counts are meaningless). Where the
 warp-specialised Gluon kernel runs it is compiled with the parameters of that plan and reported as `ws`
@@ -58,6 +58,7 @@ def _tensordesc(block) -> str:
 
 
 _ORDER = re.compile(r"\b(LDGSTS|LDG|STG|HGMMA|F2FP|F2F|BAR\.SYNC|LDS|STS|UTMALDG|UTMASTG)\b")
+_WAIT = re.compile(r"\bDEPBAR\.LE SB0, (0x[0-9a-f]+)")
 
 
 def _nvidia_tool(name: str) -> str:
@@ -102,6 +103,12 @@ def compile_kernel(name: str, const: dict, opts: dict) -> dict:
     return {"registers": int(re.search(r"REG:(\d+)", usage).group(1)),
             "spill_bytes": int(re.search(r"STACK:(\d+)", usage).group(1)),
             "shared_bytes": ck.metadata.shared, "cubin": cubin}
+
+
+def async_waits(cubin: bytes) -> list[int]:
+    """The cp.async waits in the kernel's SASS (`DEPBAR.LE SB0, n`), in code order: each lets n copy groups stay in
+    flight, so a wait of 0 inside a loop makes every iteration wait for all the loads it and earlier ones issued."""
+    return [int(n, 16) for n in _WAIT.findall(_cuobjdump(cubin, "-sass"))]
 
 
 def issue_order(cubin: bytes) -> str:
@@ -150,6 +157,9 @@ def main(argv=None) -> int:
                   f"spilled, {rep['shared_bytes']} bytes shared", flush=True)
             if args.order:
                 print("  " + issue_order(rep["cubin"]), flush=True)
+                waits = async_waits(rep["cubin"])
+                if waits:
+                    print(f"  cp.async waits (groups left in flight): {', '.join(map(str, waits))}", flush=True)
     return 0
 
 
