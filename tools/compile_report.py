@@ -4,11 +4,12 @@ Prints, per decode step and kernel, what Triton's compile for sm_90a allocates -
 bytes, shared memory (read from its cubin with the cuobjdump Triton ships) -- and with `--order` each
 kernel's instruction classes in issue order (global loads, fp32 -> bf16 converts, tensor-core MMAs, stores,
 barriers), run-length encoded, and its cp.async waits (how many copy groups each leaves in flight). Those decide
-a kernel's occupancy and whether its loads overlap; checking them costs no device time. The launch parameters come from `kernels.onela.step_launches`, the same function the
-stepper launches with, and pointer / stride arguments are marked 16-divisible as Triton's launcher specialises
-them for real tensors (without that, loads compile unvectorised and the counts are meaningless). Where the
-warp-specialised Gluon kernel runs it is compiled with the parameters of that plan and reported as `ws`
-(registers: the launch's maxnreg; the partitions' split is set inside it). This is a compile report, not a timing.
+a kernel's occupancy and whether its loads overlap; checking them costs no device time. The launch parameters
+come from `kernels.onela.step_launches`, the same function the stepper launches with, and pointer / stride
+arguments are marked 16-divisible as Triton's launcher specialises them for real tensors (without that, loads
+compile unvectorised and the counts are meaningless). Where the warp-specialised Gluon kernel runs it is compiled
+with the parameters of that plan and reported as `ws` (registers: the launch's maxnreg; the partitions' split is
+set inside it). This is a compile report, not a timing.
 """
 from __future__ import annotations
 
@@ -105,16 +106,16 @@ def compile_kernel(name: str, const: dict, opts: dict) -> dict:
             "shared_bytes": ck.metadata.shared, "cubin": cubin}
 
 
-def async_waits(cubin: bytes) -> list[int]:
-    """The cp.async waits in the kernel's SASS (`DEPBAR.LE SB0, n`), in code order: each lets n copy groups stay in
+def async_waits(sass: str) -> list[int]:
+    """The cp.async waits in a kernel's SASS (`DEPBAR.LE SB0, n`), in code order: each lets n copy groups stay in
     flight, so a wait of 0 inside a loop makes every iteration wait for all the loads it and earlier ones issued."""
-    return [int(n, 16) for n in _WAIT.findall(_cuobjdump(cubin, "-sass"))]
+    return [int(n, 16) for n in _WAIT.findall(sass)]
 
 
-def issue_order(cubin: bytes) -> str:
-    """The kernel's instruction classes in issue order, run-length encoded ('LDG x8 | F2F x24 | ...')."""
+def issue_order(sass: str) -> str:
+    """A kernel's instruction classes in issue order, from its SASS, run-length encoded ('LDG x8 | F2F x24 | ...')."""
     runs: list[list] = []
-    for m in _ORDER.finditer(_cuobjdump(cubin, "-sass")):
+    for m in _ORDER.finditer(sass):
         op = m.group(1)
         if runs and runs[-1][0] == op:
             runs[-1][1] += 1
@@ -156,8 +157,9 @@ def main(argv=None) -> int:
             print(f"step {t} {name:5s} grid {grid}: {rep['registers']} registers, {rep['spill_bytes']} bytes "
                   f"spilled, {rep['shared_bytes']} bytes shared", flush=True)
             if args.order:
-                print("  " + issue_order(rep["cubin"]), flush=True)
-                waits = async_waits(rep["cubin"])
+                sass = _cuobjdump(rep["cubin"], "-sass")
+                print("  " + issue_order(sass), flush=True)
+                waits = async_waits(sass)
                 if waits:
                     print(f"  cp.async waits (groups left in flight): {', '.join(map(str, waits))}", flush=True)
     return 0
