@@ -129,9 +129,9 @@ def test_onela_decodes_of_any_depth_match_fp64_reference(geo, R, W, T, lineage, 
 
 
 @pytest.mark.parametrize("geo,R,W,T,lineage,dtype", [
-    (Geometry(2, 2, 32, 16), 2, 32, 16, "beam", torch.bfloat16),    # the route from step 13: two tiles a request
-    (Geometry(1, 2, 16, 32), 1, 48, 15, "reversed", torch.bfloat16),  # G = 2 (a key head's k-hat rows for two heads)
-    (Geometry(1, 1, 16, 16), 1, 16, 14, "beam", torch.float32),     # fp32 q, k: their bf16 residuals in the dots
+    (Geometry(2, 2, 32, 16), 2, 32, 12, "beam", torch.bfloat16),    # the route from step 8: two tiles a request
+    (Geometry(1, 2, 16, 32), 1, 48, 11, "reversed", torch.bfloat16),  # G = 2 (a key head's k-hat rows for two heads)
+    (Geometry(1, 1, 16, 16), 1, 16, 10, "beam", torch.float32),     # fp32 q, k: their bf16 residuals in the dots
 ])
 def test_onela_record_major_route_matches_the_depth_loop_and_fp64(geo, R, W, T, lineage, dtype, device):
     """From RECORDS_FROM_STEP the record-major route (tree order, per-tile record lists, the replay as small

@@ -13,10 +13,11 @@ the beam at this step, kept per record in the stepper's `gcum`) runs record-majo
   position, position past the run), depth-major.
 - `onela_tree_step_kernel`, one program per (tiles, request x value head): the S_ctx projections of the tile's
   beams, then its list CH records at a time -- their k-hat and delta rows gathered once per tile, the
-  coefficients of every (beam, record) pair as two small products (q @ k-hat^T, k @ k-hat^T), zeroed outside
-  each record's run and decayed, and u += C @ delta on the tensor cores (C as bf16 hi + lo planes) -- then
-  delta_t and o_t as the main kernel forms them. A step on the route is three launches: this kernel after
-  `onela_prep_tree_kernel` (records, ancestry, gates) and the lists.
+  coefficients of every (beam, record) pair as one small product (x @ k-hat^T on the tile's q and k rows),
+  zeroed outside each record's run and decayed, and u += C @ delta on the tensor cores (C as bf16 hi + lo
+  planes, kept in registers as that product's A operand) -- then delta_t and o_t as the main kernel forms them.
+  A step on the route is three launches: this kernel after `onela_prep_tree_kernel` (records, ancestry, gates)
+  and the lists.
 The products spend tensor-core FLOPs on pairs the mask zeroes; what they buy is one gather per distinct record
 per tile. Why: kernels/NOTES.md, "Record-major replay".
 """
@@ -28,7 +29,7 @@ import triton.language as tl
 
 from kernels.onela.records import record_row
 from kernels.onela.plan import _TREE_BEAMS
-from kernels.onela.triton_kernels import _mm, _norms, _qk_dots, _qk_load, onela_prep_tree_kernel
+from kernels.onela.triton_kernels import _mm, _norms, _qk_load, onela_prep_tree_kernel
 
 
 @triton.jit
@@ -109,35 +110,37 @@ def onela_tree_lists_kernel(par_ptr, anc_ptr, rank_prev_ptr, rank_ptr, order_ptr
 
 
 @triton.jit
-def _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x, gb, acc_q, acc_k, dims,
-                   CH: tl.constexpr, K: tl.constexpr, V: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
-    """Entries [c, c + CH) of the tile's list: u += C @ delta with C[b, i] = exp(G_b - G_i) (x_b . k-hat_i) where
-    beam position b lies in record i's run, else 0, for x = the raw q and k rows (the caller applies the norms),
-    as loaded: bf16, or fp32 with QK_BF16 off (split into bf16 and a residual by `_qk_dots`)."""
-    q_in, k_in = x
+def _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane8, x4, gb8, lo4, acc, dims,
+                   BB: tl.constexpr, CH: tl.constexpr, K: tl.constexpr, V: tl.constexpr, QK_BF16: tl.constexpr,
+                   UPCAST: tl.constexpr):
+    """Entries [c, c + CH) of the tile's list: acc += A @ delta over the tile's four row blocks (module docstring),
+    A = the hi or lo bf16 plane (lo4) of C[b, i] = exp(G_b - G_i) (x_b . k-hat_i) where beam position b lies in
+    record i's run, else 0, for x = the block's raw q or k rows (the caller applies the norms). x4 = (bf16 rows,
+    their fp32 residual rows, unused with QK_BF16)."""
+    xb, xr = x4
     R, W, HV, HK = dims
     e = c + tl.arange(0, CH)
     live = e < n
-    depth = tl.load(ent + e * 4, mask=live, other=0)
-    slot = tl.load(ent + e * 4 + 1, mask=live, other=0)
-    start = tl.load(ent + e * 4 + 2, mask=live, other=0)
-    end = tl.load(ent + e * 4 + 3, mask=live, other=0)          # padding: the empty run [0, 0)
+    fields = tl.load(ent + e[:, None] * 4 + tl.arange(0, 4)[None, :], mask=live[:, None], other=0)
+    depth_start, slot_end = tl.split(tl.reshape(fields, (CH, 2, 2)))
+    depth, start = tl.split(depth_start)
+    slot, end = tl.split(slot_end)                               # padding: the empty run [0, 0)
     krow = record_row(depth, r, hk, slot, R, HK, W).to(tl.int64)
     vrow = record_row(depth, r, hv, slot, R, HV, W).to(tl.int64)
     kh = tl.load(khat_ptr + krow[:, None] * K + tl.arange(0, K)[None, :], mask=live[:, None], other=0.0)
     d = tl.load(delta_ptr + vrow[:, None] * V + tl.arange(0, V)[None, :], mask=live[:, None], other=0.0)
     gi = tl.load(gcum_ptr + vrow, mask=live, other=0.0)
-    inside = (lane[:, None] >= start[None, :]) & (lane[:, None] < end[None, :])
-    dec = tl.where(inside, tl.exp(gb[:, None] - gi[None, :]), 0.0)
+    inside = (lane8[:, :, None] >= start[None, None, :]) & (lane8[:, :, None] < end[None, None, :])
+    dec = tl.where(inside, tl.exp(gb8[:, :, None] - gi[None, None, :]), 0.0)
+    dec = tl.reshape(tl.broadcast_to(tl.expand_dims(dec, 1), (4, 2, BB // 2, CH)), (4 * BB, CH))
     kh_t = tl.trans(kh)
-    cq, ck = _qk_dots(q_in, k_in, kh_t, kh_t, QK_BF16, UPCAST, 0)          # [BB, CH] each
-    cq = cq * dec
-    ck = ck * dec
-    cq_hi = cq.to(tl.bfloat16)
-    ck_hi = ck.to(tl.bfloat16)
-    acc_q += _mm(cq_hi, d, UPCAST) + _mm((cq - cq_hi.to(tl.float32)).to(tl.bfloat16), d, UPCAST)
-    acc_k += _mm(ck_hi, d, UPCAST) + _mm((ck - ck_hi.to(tl.float32)).to(tl.bfloat16), d, UPCAST)
-    return acc_q, acc_k
+    cf = _mm(xb, kh_t, UPCAST)                                          # [4 BB, CH]
+    if not QK_BF16:
+        cf += _mm(xr, kh_t, UPCAST)
+    cf = cf * dec
+    hi = cf.to(tl.bfloat16)
+    a = tl.where(lo4[:, None], (cf - hi.to(tl.float32)).to(tl.bfloat16), hi)
+    return acc + _mm(a, d, UPCAST)
 
 
 @triton.jit(do_not_specialize=["step"])
@@ -150,6 +153,10 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
     bf16 and a residual) and norms, u_x = exp(G_b) x S^T + the replay over the tile's list (CH records at a
     time, STAGES chunks in flight; 0: the interpreter's loop) scaled by x's norm, and as the main kernel
     delta_t = beta (v - u_k) and o_t = u_q + delta_t (k-hat . q-hat): o_t stored, delta_t appended.
+    The products run on 4 BB rows, four blocks of the tile's beams -- q for C's hi plane, q for its lo plane, k
+    hi, k lo -- so that one product forms both coefficient blocks and the next takes them as its A operand where
+    the first left them (on Hopper, wgmma with A in registers: one warp a block) and reads each delta row once;
+    the blocks are summed in pairs once per tile. The S projection fills the hi blocks' accumulator rows.
     beams = (q, k, v, beta), gtr = the GtrStore's (k-hat, delta) and gcum, tree = (order, entries, counts);
     sq / sv = q and k's / v's (request, beam, head) strides."""
     q_ptr, k_ptr, v_ptr, beta_ptr = beams
@@ -165,36 +172,55 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
     s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
     s_t = tl.trans(tl.load(s_ptr + s_row[:, None] + offs_k[None, :]).to(tl.bfloat16))           # [K, V]
     lane = tl.arange(0, BB)
+    rows = tl.arange(0, 4 * BB)                 # [x, half of the tile, hi / lo, 8 beams]: see the docstring
+    lane4 = (rows // BB) % 2 * (BB // 2) + rows % (BB // 2)
+    is_q4 = rows < 2 * BB
+    lo4 = (rows // (BB // 2)) % 2 == 1
+    lane8 = tl.max(tl.reshape(lane4, (4, 2, BB // 2)), axis=1)
     sq_r, sq_w, sq_h = sq
     sv_r, sv_w, sv_h = sv
     dims = (R, W, HV, HK)
     for it in tl.range(0, ITERS, num_stages=1):
         tile = pid_b * ITERS + it
         beam = tl.load(order_ptr + r * W + tile * BB + lane)
+        beam4 = tl.load(order_ptr + r * W + tile * BB + lane4)
         qk_row = (r * sq_r + beam * sq_w + hk * sq_h).to(tl.int64)
         x = _qk_load(q_ptr, k_ptr, qk_row, offs_k, lane < BB)
         inv_q, inv_k, kq_t = _norms(x[0].to(tl.float32), x[1].to(tl.float32), K)
+        off4 = (r * sq_r + beam4 * sq_w + hk * sq_h).to(tl.int64)[:, None] + offs_k[None, :]
+        x4 = tl.load(tl.where(is_q4[:, None], q_ptr + off4, k_ptr + off4))
+        if QK_BF16:
+            xb = x4
+            xr = x4                                # unused
+        else:
+            xf = x4.to(tl.float32)
+            xb = xf.to(tl.bfloat16)
+            xr = (xf - xb.to(tl.float32)).to(tl.bfloat16)
         gb = tl.load(gcum_ptr + record_row(step, r, hv, beam, R, HV, W))
+        gb4 = tl.load(gcum_ptr + record_row(step, r, hv, beam4, R, HV, W))
+        gb8 = tl.max(tl.reshape(gb4, (4, 2, BB // 2)), axis=1)         # [x and half, 8 beams]: hi = lo row
         gb_off = (r * W + beam) * HV + hv
         beta = tl.load(beta_ptr + gb_off)          # the epilogue's loads issue with q, k, before the replay
         v = tl.load(v_ptr + r * sv_r + beam[:, None] * sv_w + hv * sv_h + offs_v[None, :])
-        u_q, u_k = _qk_dots(x[0], x[1], s_t, s_t, QK_BF16, UPCAST, 0)    # S rounded to bf16, as the main kernel
-        p = tl.exp(gb)[:, None]
-        u_q = u_q * p
-        u_k = u_k * p
+        acc = _mm(xb, s_t, UPCAST)                 # S rounded to bf16, as the main kernel
+        if not QK_BF16:
+            acc += _mm(xr, s_t, UPCAST)
+        acc = acc * tl.where(lo4, 0.0, tl.exp(gb4))[:, None]
         rt = r * (W // BB) + tile
         n = tl.load(cnt_ptr + rt)
         ent = ent_ptr + rt.to(tl.int64) * MAXE * 4
         if STAGES == 0:
             c = 0
             while c < n:
-                u_q, u_k = _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x, gb, u_q,
-                                          u_k, dims, CH, K, V, QK_BF16, UPCAST)
+                acc = _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane8, (xb, xr), gb8,
+                                     lo4, acc, dims, BB, CH, K, V, QK_BF16, UPCAST)
                 c += CH
         else:
             for c in tl.range(0, n, CH, num_stages=STAGES):
-                u_q, u_k = _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane, x, gb, u_q,
-                                          u_k, dims, CH, K, V, QK_BF16, UPCAST)
+                acc = _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane8, (xb, xr), gb8,
+                                     lo4, acc, dims, BB, CH, K, V, QK_BF16, UPCAST)
+        u = tl.sum(tl.reshape(acc, (4, 2, BB // 2, V)), axis=1)         # hi + lo: [x and half, 8 beams, V]
+        u_q, u_k = tl.split(tl.permute(tl.reshape(u, (2, BB, V)), (1, 2, 0)))
         u_q = u_q * inv_q[:, None]
         u_k = u_k * inv_k[:, None]
         delta = beta[:, None] * (v.to(tl.float32) - u_k)
