@@ -196,7 +196,6 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
             xf = x4.to(tl.float32)
             xb = xf.to(tl.bfloat16)
             xr = (xf - xb.to(tl.float32)).to(tl.bfloat16)
-        gb = tl.load(gcum_ptr + record_row(step, r, hv, beam, R, HV, W))
         gb4 = tl.load(gcum_ptr + record_row(step, r, hv, beam4, R, HV, W))
         gb8 = tl.max(tl.reshape(gb4, (4, 2, BB // 2)), axis=1)         # [x and half, 8 beams]: hi = lo row
         gb_off = (r * W + beam) * HV + hv
