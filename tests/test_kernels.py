@@ -644,7 +644,7 @@ def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups()
                                  ("range_k256_v256", range(8)), ("range_hk4_hv16", (0, 1))):
         geo = GEOMETRIES[geometry]
         cfg = launch_config(geo.k, geo.v, 512, 4, geo.hv, 132, geo.group)
-        tree = ["prep_tree", "tree_lists", "tree_step"]
+        tree = ["tree_lists", "tree_step"]
         for t in list(range(10)) + [31]:        # past step 7 the one-launch kernel's shared memory would not fit
             launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
             if cfg["tree"] and t >= RECORDS_FROM_STEP:      # K, V <= 128: the record-major route

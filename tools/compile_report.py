@@ -45,6 +45,7 @@ _ARGS = {
     "gcum_ptr": _F32, "rank_prev_ptr": _I32, "rank_ptr": _I32,
     "order_ptr": _I32, "scratch_ptr": _I32, "ent_ptr": _I32, "cnt_ptr": _I32,
     "tree": (_I32, _I32, _I32), "beams": (_BF16, _BF16, _BF16, _F32), "gtr": (_BF16, _BF16, _F32),
+    "anc": (_I32, _I32), "gates": (_F32, _F32, _F32),
 }
 _NOT_DIV16 = {("T_CAP",), ("step",), ("dims", 3)}
 

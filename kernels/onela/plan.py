@@ -42,10 +42,10 @@ _PIPE_STAGES = 5
 _PIPE_MAXNREG = 128
 _PIPE_FROM_STEP = 8
 # The record-major route (`kernels/onela/tree.py`) takes every step from RECORDS_FROM_STEP on where
-# `tree_route_supports` says yes: a prep kernel without the ancestral dots, the tree order and record lists, and
-# the step kernel (_TREE_BEAMS positions a tile, up to _TREE_MAX_ITERS tiles a program sharing its S tile,
-# _TREE_CH records a chunk, _TREE_STAGES chunks in flight). _TREE_DEPTHS: depths per chunk of the lists' and the
-# prep kernel's loops.
+# `tree_route_supports` says yes: two launches, the tree order with the record lists and the per-beam records,
+# then the step kernel (_TREE_BEAMS positions a tile, up to _TREE_MAX_ITERS tiles a program sharing its S tile,
+# _TREE_CH records a chunk, _TREE_STAGES chunks in flight). _TREE_DEPTHS: depths per chunk of the lists kernel's
+# loops.
 RECORDS_FROM_STEP = 8
 _TREE_BEAMS = 16
 _TREE_CH = 32
@@ -134,13 +134,13 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
     """Kernel name -> (grid, constexpr arguments, launch options) of step t under launch config `cfg`: "prep" and
     "main" (the Triton kernels; step 0 "main" alone under fuse_step0), or where `ws_ok` (the warp-specialised
     kernel takes this shape and these inputs) "ws" -- alone when it does the whole step, after "prep" otherwise;
-    from RECORDS_FROM_STEP on where cfg["tree"], "prep_tree", "tree_lists" and "tree_step" (`kernels/onela/tree.py`).
+    from RECORDS_FROM_STEP on where cfg["tree"], "tree_lists" and "tree_step" (`kernels/onela/tree.py`).
     Steps `ws_runs_step` leaves out (past step 31; at K = 128 past step 5 after the prep kernel) run the Triton
     kernels. The prep launch is "prep" (the one-tile kernel), or "prep_pipe" (the pipelined kernel, the step a
     run-time argument) from step _PIPE_FROM_STEP on and where `prep_is_deep`."""
     pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
     if cfg["tree"] and t >= RECORDS_FROM_STEP:
-        return _tree_launches(geo, R, W, t, qk_bf16, pdl, interpret, n_sm)
+        return _tree_launches(geo, R, W, t, qk_bf16, interpret, n_sm)
     if ws_ok and cfg["ws"] and not interpret and ws_runs_step(geo, t):     # the interpreter runs no Gluon
         fuse = ws_fuses_step(geo, t)
         grid, const, opts = ws_launch_params(geo, R, W, t, fuse, n_sm)
@@ -164,20 +164,16 @@ def tree_route_supports(K: int, V: int, W: int) -> bool:
     return K <= 128 and V <= 128 and pow2(K) and pow2(V) and W % _TREE_BEAMS == 0 and W <= _TREE_MAX_W
 
 
-def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpret: bool, n_sm: int) -> dict:
-    """Step t's record-major launches: "prep_tree", "tree_lists", "tree_step" (each tile loop of the step kernel as
-    long as about two programs per SM remain, as the main kernel's beam_iters)."""
-    kp = triton.next_power_of_2(geo.k)
-    bb = _pipe_beams(kp)
+def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, interpret: bool, n_sm: int) -> dict:
+    """Step t's record-major launches: "tree_lists", "tree_step" (each tile loop of the step kernel as long as about
+    two programs per SM remain, as the main kernel's beam_iters)."""
     first = t == RECORDS_FROM_STEP
-    prep = ((triton.cdiv(W, bb), R * geo.hk),
-            dict(K=geo.k, KP=kp, G=geo.group, GP=triton.next_power_of_2(geo.group), BB=bb, TC=_TREE_DEPTHS,
-                 FIRST=first, PDL=pdl),
-            {"num_warps": _PIPE_WARPS, "launch_pdl": bool(pdl)})
     wp = triton.next_power_of_2(W)
     lb = max(1, wp.bit_length() - 1)
-    lists = ((R * W // _TREE_BEAMS,), dict(WP=wp, BB=_TREE_BEAMS, TC=_TREE_DEPTHS, FIRST=first, LB=lb,
-                                          NC=(62 - lb) // lb), {"num_warps": _TREE_WARPS})
+    lists = ((R * W // _TREE_BEAMS,),
+             dict(WP=wp, BB=_TREE_BEAMS, TC=_TREE_DEPTHS, TF=min(_TREE_DEPTHS, triton.next_power_of_2(t)) if first else 1,
+                  HVP=triton.next_power_of_2(geo.hv), FIRST=first, LB=lb, NC=(62 - lb) // lb),
+             {"num_warps": _TREE_WARPS})
     tiles = W // _TREE_BEAMS
     most = min(_TREE_MAX_ITERS, tiles & -tiles)       # a power of two that divides a request's tiles
     iters = _tiles_per_program(R * geo.hv * tiles, most, n_sm)
@@ -185,7 +181,7 @@ def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpr
             dict(K=geo.k, V=geo.v, G=geo.group, BB=_TREE_BEAMS, CH=_TREE_CH, ITERS=iters,
                  STAGES=0 if interpret else _TREE_STAGES, QK_BF16=qk_bf16, UPCAST=interpret),
             {"num_warps": _TREE_WARPS})
-    return {"prep_tree": prep, "tree_lists": lists, "tree_step": step}
+    return {"tree_lists": lists, "tree_step": step}
 
 
 def _pipe_beams(kp: int) -> int:

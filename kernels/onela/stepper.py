@@ -87,7 +87,7 @@ class OneLAStepper(Stepper):
             grid, const, opts = launches["prep_pipe"]
             self._note_kernel("prep_pipe", onela_prep_pipe_kernel[grid](*prep_args, t, **const, **opts))
         if "tree_step" in launches:
-            self.tree.launch(self, t, launches, prep_args, (q, k, v, beta, parents, anc_cur), out)
+            self.tree.launch(self, t, launches, (q, k, v, g, beta, parents), out)
             return out
         if "ws" in launches:
             kern = launch_ws(self, q, k, v, g, beta, parents, anc_prev, anc_cur, out, *launches["ws"])

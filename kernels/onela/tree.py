@@ -10,14 +10,17 @@ the beam at this step, kept per record in the stepper's `gcum`) runs record-majo
   as one sort per step of (the parent's position in the previous step's order, beam); at the route's first step
   a radix sort of the whole ancestry rows, several depths a pass. It writes its tile's part of the order and of
   each beam's position, and the tile's record list: every depth's runs of equal slots as (depth, slot, first
-  position, position past the run), depth-major.
+  position, position past the run), depth-major. Beside them, for the tile's beams in slot order, the step's
+  per-beam records: the ancestry row, alpha_t and the cumulative gate of every value head (at the first step
+  also every ancestor's gate). It reads this step's ancestry as the parents' rows of the previous table, so no
+  program waits for another's writes.
 - `onela_tree_step_kernel`, one program per (tiles, request x value head): the S_ctx projections of the tile's
   beams, then its list CH records at a time -- their k-hat and delta rows gathered once per tile, the
   coefficients of every (beam, record) pair as one small product (x @ k-hat^T on the tile's q and k rows),
   zeroed outside each record's run and decayed, and u += C @ delta on the tensor cores (C as bf16 hi + lo
   planes, kept in registers as that product's A operand) -- then delta_t and o_t as the main kernel forms them.
-  A step on the route is three launches: this kernel after `onela_prep_tree_kernel` (records, ancestry, gates)
-  and the lists.
+  Its programs of a key head's first value head also store the beams' k-hat_t (the q, k rows and norms are
+  loaded there anyway). A step on the route is these two launches.
 The products spend tensor-core FLOPs on pairs the mask zeroes; what they buy is one gather per distinct record
 per tile. Why: kernels/NOTES.md, "Record-major replay".
 """
@@ -29,7 +32,7 @@ import triton.language as tl
 
 from kernels.onela.records import record_row
 from kernels.onela.plan import _TREE_BEAMS
-from kernels.onela.triton_kernels import _mm, _norms, _qk_load, onela_prep_tree_kernel
+from kernels.onela.triton_kernels import _mm, _norms, _qk_load
 
 
 @triton.jit
@@ -38,25 +41,84 @@ def _min(a, b):
 
 
 @triton.jit
-def _slots(anc_ptr, order_ptr, r, W, T_CAP, cols, live, pos):
+def _chain(anc_prev_ptr, par_ptr, r, W, T_CAP, beam, cols, step, live):
+    """Step `step`'s ancestry entries h_t(b, j) (j = `cols`) of beams `beam` of request r, read from the previous
+    step's table: the parent's row, and the parent itself at j = step - 1 (what the next table's row holds, read
+    without waiting for it). beam and cols broadcast against each other; `live` masks the loads."""
+    par = tl.load(par_ptr + r * W + beam, mask=live, other=0)
+    prev = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + cols, mask=live & (cols < step - 1), other=0)
+    return tl.where(cols == step - 1, par, prev)
+
+
+@triton.jit
+def _slots(anc_prev_ptr, par_ptr, order_ptr, r, W, T_CAP, step, cols, live, pos):
     """Ancestry rows [BB, TC] (columns `cols`) of the beams at tree-order positions `pos` of request r (clamped to
     the request: a neighbour outside the tile is masked by the caller)."""
     beam = tl.load(order_ptr + tl.minimum(tl.maximum(pos, 0), W - 1))
-    return tl.load(anc_ptr + (r * W + beam)[:, None] * T_CAP + cols[None, :], mask=live, other=0)
+    return _chain(anc_prev_ptr, par_ptr, r, W, T_CAP, beam[:, None], cols[None, :], step, live)
+
+
+@triton.jit
+def _beam_records(par_ptr, anc_prev_ptr, anc_next_ptr, g_ptr, alpha_ptr, gcum_ptr, r, nb, R, W, HV, T_CAP, step,
+                  BB: tl.constexpr, TC: tl.constexpr, TF: tl.constexpr, HVP: tl.constexpr, FIRST: tl.constexpr):
+    """The per-beam records of step `step` for beams `nb` [BB] of request r: the next ancestry table's rows
+    (columns below `step`), alpha_t = exp(g_t) and the cumulative log gate G_b = G(parent) + g_t of every value
+    head. FIRST (the route's first step): the ancestral records' gates are not there yet, so each beam sums its
+    chain's log alphas and writes every ancestor's G (beams that share a record write the same value)."""
+    hvs = tl.arange(0, HVP)
+    gmask = (hvs < HV)[None, :] & (nb < W)[:, None]
+    g = tl.load(g_ptr + (r * W + nb)[:, None] * HV + hvs[None, :], mask=gmask, other=0.0)
+    tl.store(alpha_ptr + record_row(step, r, hvs[None, :], nb[:, None], R, HV, W), tl.exp(g), mask=gmask)
+    if FIRST:                    # TF depths a chunk: a [BB, HVP, TF] tile of gates
+        gprev = tl.zeros([BB, HVP], dtype=tl.float32)      # the chain's sum so far, per (beam, value head)
+        d0 = 0
+        while d0 < step:         # a while loop: the interpreter takes no range over a run-time bound
+            cols = d0 + tl.arange(0, TF)
+            live = (cols < step)[None, :] & (nb < W)[:, None]
+            slot = _chain(anc_prev_ptr, par_ptr, r, W, T_CAP, nb[:, None], cols[None, :], step, live)
+            tl.store(anc_next_ptr + (r * W + nb)[:, None] * T_CAP + cols[None, :], slot, mask=live)
+            rows = record_row(cols[None, None, :], r, hvs[None, :, None], slot[:, None, :], R, HV, W)
+            live3 = live[:, None, :] & (hvs < HV)[None, :, None]
+            cum = tl.cumsum(tl.log(tl.load(alpha_ptr + rows, mask=live3, other=1.0)), axis=2) + gprev[:, :, None]
+            tl.store(gcum_ptr + rows, cum, mask=live3)
+            gprev = tl.sum(tl.where(cols[None, None, :] == tl.minimum(step, d0 + TF) - 1, cum, 0.0), axis=2)
+            d0 += TF
+    else:
+        d0 = 0
+        while d0 < step:
+            cols = d0 + tl.arange(0, TC)
+            live = (cols < step)[None, :] & (nb < W)[:, None]
+            slot = _chain(anc_prev_ptr, par_ptr, r, W, T_CAP, nb[:, None], cols[None, :], step, live)
+            tl.store(anc_next_ptr + (r * W + nb)[:, None] * T_CAP + cols[None, :], slot, mask=live)
+            d0 += TC
+        par = tl.load(par_ptr + r * W + nb)
+        gprev = tl.load(gcum_ptr + record_row(step - 1, r, hvs[None, :], par[:, None], R, HV, W), mask=gmask,
+                        other=0.0)
+    tl.store(gcum_ptr + record_row(step, r, hvs[None, :], nb[:, None], R, HV, W), gprev + g, mask=gmask)
 
 
 @triton.jit(do_not_specialize=["step"])
-def onela_tree_lists_kernel(par_ptr, anc_ptr, rank_prev_ptr, rank_ptr, order_ptr, scratch_ptr, ent_ptr, cnt_ptr,
-                            W, T_CAP, step, MAXE, WP: tl.constexpr, BB: tl.constexpr, TC: tl.constexpr,
-                            FIRST: tl.constexpr, LB: tl.constexpr, NC: tl.constexpr):
-    """Step `step`'s tree order and record lists (module docstring). anc: this step's ancestry table [R, W, T_CAP]
-    (written by the prep kernel); rank_prev: each beam's position in the previous step's order (not read when
-    FIRST); writes rank and order [R, W] for this tile's positions, the tile's entries (int32 [MAXE, 4] at
-    ent_ptr + tile * MAXE * 4) and its count. scratch: int32 [tiles, WP], this program's copy of the order.
-    W a multiple of BB; WP the power of two >= W (LB = log2 WP bits a slot); TC depths per chunk of the list's
-    loop; NC ancestry columns per sort at the first step (NC LB + LB < 63: int64 keys)."""
+def onela_tree_lists_kernel(par_ptr, anc, rank_prev_ptr, rank_ptr, order_ptr, scratch_ptr, ent_ptr, cnt_ptr, gates,
+                            R, W, HV, T_CAP, step, MAXE, WP: tl.constexpr, BB: tl.constexpr, TC: tl.constexpr,
+                            TF: tl.constexpr, HVP: tl.constexpr, FIRST: tl.constexpr, LB: tl.constexpr,
+                            NC: tl.constexpr):
+    """Step `step`'s tree order, record lists and per-beam records (module docstring). anc = (the previous step's
+    ancestry table, this step's), both [R, W, T_CAP]: this step's rows are read as the parents' previous rows, so
+    no program waits for another's writes; rank_prev: each beam's position in the previous step's order (not read
+    when FIRST); writes rank and order [R, W] for this tile's positions, the tile's entries (int32 [MAXE, 4] at
+    ent_ptr + tile * MAXE * 4) and its count, and `_beam_records` for the tile's beams in slot order. gates =
+    (g [R, W, HV], the store's alpha, gcum). scratch: int32 [tiles, WP], this program's copy of the order. W a
+    multiple of BB; WP the power of two >= W (LB = log2 WP bits a slot); TC depths per chunk of the list's loop
+    (TF at the first step's gates); HVP the power of two >= HV; NC ancestry columns per sort at the first step
+    (NC LB + LB < 63: int64 keys)."""
+    anc_prev_ptr, anc_next_ptr = anc
+    g_ptr, alpha_ptr, gcum_ptr = gates
     tile = tl.program_id(0)
     r = tile // (W // BB)
+    lane = tl.arange(0, BB)
+    nb = (tile % (W // BB)) * BB + lane
+    _beam_records(par_ptr, anc_prev_ptr, anc_next_ptr, g_ptr, alpha_ptr, gcum_ptr, r, nb, R, W, HV, T_CAP, step,
+                  BB, TC, TF, HVP, FIRST)
     p = tl.arange(0, WP)
     in_w = p < W
     scr = scratch_ptr + tile.to(tl.int64) * WP
@@ -67,7 +129,7 @@ def onela_tree_lists_kernel(par_ptr, anc_ptr, rank_prev_ptr, rank_ptr, order_ptr
             lo = tl.maximum(hi - NC, 0)
             key = tl.zeros([WP], dtype=tl.int64)
             for c in tl.static_range(NC):
-                col = tl.load(anc_ptr + (r * W + order) * T_CAP + lo + c, mask=in_w & (lo + c < hi), other=0)
+                col = _chain(anc_prev_ptr, par_ptr, r, W, T_CAP, order, lo + c, step, in_w & (lo + c < hi))
                 key = (key << LB) | col.to(tl.int64)
             # each key keeps the position it sorts from, so equal columns keep the last pass's order
             srt = tl.sort(tl.where(in_w, (key << LB) | p.to(tl.int64), (1 << 62) | p.to(tl.int64)))
@@ -82,8 +144,7 @@ def onela_tree_lists_kernel(par_ptr, anc_ptr, rank_prev_ptr, rank_ptr, order_ptr
         order = tl.sort(tl.where(in_w, rank * WP + p, W * WP + p)) % WP
     tl.store(scr + p, order)
     tl.debug_barrier()
-    lane = tl.arange(0, BB)
-    pos = (tile % (W // BB)) * BB + lane
+    pos = nb
     beam = tl.load(scr + pos)
     tl.store(order_ptr + r * W + pos, beam)
     tl.store(rank_ptr + r * W + beam, pos)
@@ -93,9 +154,11 @@ def onela_tree_lists_kernel(par_ptr, anc_ptr, rank_prev_ptr, rank_ptr, order_ptr
     while d0 < step:             # a while loop: the interpreter takes no range over a run-time bound
         cols = d0 + tl.arange(0, TC)
         live = (cols < step)[None, :] & (lane < BB)[:, None]
-        cur = _slots(anc_ptr, scr, r, W, T_CAP, cols, live, pos)
-        head = live & ((lane == 0)[:, None] | (cur != _slots(anc_ptr, scr, r, W, T_CAP, cols, live, pos - 1)))
-        nxt = (lane < BB - 1)[:, None] & (_slots(anc_ptr, scr, r, W, T_CAP, cols, live, pos + 1) != cur)
+        cur = _slots(anc_prev_ptr, par_ptr, scr, r, W, T_CAP, step, cols, live, pos)
+        head = live & ((lane == 0)[:, None] | (cur != _slots(anc_prev_ptr, par_ptr, scr, r, W, T_CAP, step, cols,
+                                                             live, pos - 1)))
+        nxt = (lane < BB - 1)[:, None] & (_slots(anc_prev_ptr, par_ptr, scr, r, W, T_CAP, step, cols, live,
+                                                 pos + 1) != cur)
         end = tl.associative_scan(tl.where(nxt, lane[:, None] + 1, BB), 0, _min, reverse=True)
         per_depth = tl.sum(head.to(tl.int32), 0)
         idx = n + (tl.cumsum(per_depth, 0) - per_depth)[None, :] + tl.cumsum(head.to(tl.int32), 0) - 1
@@ -187,6 +250,9 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
         qk_row = (r * sq_r + beam * sq_w + hk * sq_h).to(tl.int64)
         x = _qk_load(q_ptr, k_ptr, qk_row, offs_k, lane < BB)
         inv_q, inv_k, kq_t = _norms(x[0].to(tl.float32), x[1].to(tl.float32), K)
+        if hv % G == 0:                            # the step's record: k-hat_t, once per key head
+            tl.store(khat_ptr + record_row(step, r, hk, beam, R, HK, W).to(tl.int64)[:, None] * K + offs_k[None, :],
+                     (x[1].to(tl.float32) * inv_k[:, None]).to(khat_ptr.dtype.element_ty))
         off4 = (r * sq_r + beam4 * sq_w + hk * sq_h).to(tl.int64)[:, None] + offs_k[None, :]
         x4 = tl.load(tl.where(is_q4[:, None], q_ptr + off4, k_ptr + off4))
         if QK_BF16:
@@ -250,18 +316,15 @@ class TreeState:
         """The gates and the two order tables (the rest is rewritten every step)."""
         return (self.gcum.numel() + self.rank.numel()) * 4
 
-    def launch(self, st, t: int, launches: dict, prep_args: tuple, ins: tuple, out):
-        """Step t's launches for OneLAStepper `st`: "prep_tree", "tree_lists", "tree_step". prep_args: the prep
-        kernels' arguments; ins = (q, k, v, beta, parents, anc_cur)."""
-        q, k, v, beta, parents, anc_cur = ins
+    def launch(self, st, t: int, launches: dict, ins: tuple, out):
+        """Step t's launches for OneLAStepper `st`: "tree_lists", "tree_step". ins = (q, k, v, g, beta, parents)."""
+        q, k, v, g, beta, parents = ins
         geo, R, W = st.geometry, st.R, st.W
-        grid, const, opts = launches["prep_tree"]
-        st._note_kernel("prep_tree", onela_prep_tree_kernel[grid](*prep_args[:8], self.gcum, *prep_args[9:], t,
-                                                                   **const, **opts))
         grid, const, opts = launches["tree_lists"]
         st._note_kernel("tree_lists", onela_tree_lists_kernel[grid](
-            parents, anc_cur, self.rank[(t - 1) % 2], self.rank[t % 2], self.order, self.scratch, self.ent,
-            self.cnt, W, st.T, t, self.ent.shape[1], **const, **opts))
+            parents, (st.anc[(t - 1) % 2], st.anc[t % 2]), self.rank[(t - 1) % 2], self.rank[t % 2], self.order,
+            self.scratch, self.ent, self.cnt, (g, st.store.alpha, self.gcum), R, W, geo.hv, st.T, t,
+            self.ent.shape[1], **const, **opts))
         grid, const, opts = launches["tree_step"]
         st._note_kernel("tree_step", onela_tree_step_kernel[grid](
             (q, k, v, beta), st.s_ctx, (st.store.khat, st.store.delta, self.gcum), (self.order, self.ent, self.cnt),

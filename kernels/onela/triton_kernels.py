@@ -288,50 +288,6 @@ def onela_prep_pipe_kernel(
     tl.store(base + 2 * plane, tl.broadcast_to(kq_t[:, None], [BB, GP]), mask=gmask)
 
 
-@triton.jit(do_not_specialize=["step"])
-def onela_prep_tree_kernel(
-    q_ptr, k_ptr, g_ptr, par_ptr, anc_prev_ptr, anc_next_ptr, alpha_ptr, khat_ptr, gcum_ptr,
-    R, W, HV, HK, T_CAP, sq, step,
-    K: tl.constexpr, KP: tl.constexpr, G: tl.constexpr, GP: tl.constexpr, BB: tl.constexpr, TC: tl.constexpr,
-    FIRST: tl.constexpr, PDL: tl.constexpr,
-):
-    """The prep kernel of a step on the record-major route (`kernels/onela/tree.py`): no ancestral dots -- the
-    step kernel forms them as products -- only k-hat_t, alpha_t, beam b's ancestry row (TC depths at a time) and
-    its gate G_b = G(parent) + g_t (the cumulative log gate, kept per record in gcum [T, R, HV, W]; exp(G_b) is
-    the product of every alpha of the chain). FIRST (the route's first step): the ancestral records' gates are
-    not there yet, so each beam sums its chain's log alphas and writes every ancestor's G (beams that share a
-    record write the same value)."""
-    r, hk, offs_b, mask_b, rw, par, hvs, gmask, _, _, _ = _prep_step_head(
-        (q_ptr, k_ptr, g_ptr, par_ptr, alpha_ptr, khat_ptr), R, W, HV, HK, sq, step, K, KP, G, GP, BB, PDL)
-    g = tl.load(g_ptr + rw[:, None] * HV + hvs[None, :], mask=gmask, other=0.0)
-    anc_row = (r * W + par) * T_CAP
-    offs_g = tl.arange(0, GP)
-    gprev = tl.zeros([BB, GP], dtype=tl.float32)
-    d0 = 0
-    while d0 < step:             # a while loop: the interpreter takes no range over a run-time bound
-        cols = d0 + tl.arange(0, TC)
-        live = mask_b[:, None] & (cols < step)[None, :]
-        slot = tl.load(anc_prev_ptr + anc_row[:, None] + cols[None, :], mask=live & (cols < step - 1)[None, :],
-                       other=0)
-        slot = tl.where((cols == step - 1)[None, :], par[:, None], slot)
-        if hk == 0:
-            tl.store(anc_next_ptr + rw[:, None] * T_CAP + cols[None, :], slot, mask=live)
-        if FIRST:
-            for i in tl.static_range(G):
-                rows = record_row(cols[None, :], r, hk * G + i, slot, R, HV, W)
-                cum = tl.cumsum(tl.log(tl.load(alpha_ptr + rows, mask=live, other=1.0)), axis=1)
-                cum += tl.sum(tl.where(offs_g[None, :] == i, gprev, 0.0), axis=1)[:, None]
-                tl.store(gcum_ptr + rows, cum, mask=live)
-                last = tl.max(tl.where(live, cols[None, :], -1), axis=1)
-                gi = tl.sum(tl.where(cols[None, :] == last[:, None], cum, 0.0), axis=1)
-                gprev = tl.where(offs_g[None, :] == i, gi[:, None], gprev)
-        d0 += TC
-    if not FIRST:
-        gprev = tl.load(gcum_ptr + record_row(step - 1, r, hvs[None, :], par[:, None], R, HV, W), mask=gmask,
-                        other=0.0)
-    tl.store(gcum_ptr + record_row(step, r, hvs[None, :], offs_b[:, None], R, HV, W), gprev + g, mask=gmask)
-
-
 @triton.jit
 def _s_split(s_ptr, s_row, offs_k, S_LO: tl.constexpr):
     """S[rows, offs_k] (fp32) as bf16 planes, transposed for the dots: hi (S rounded to bf16) and, where S_LO,
