@@ -140,7 +140,7 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
     run-time argument) from step _PIPE_FROM_STEP on and where `prep_is_deep`."""
     pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
     if cfg["tree"] and t >= RECORDS_FROM_STEP:
-        return _tree_launches(geo, R, W, t, qk_bf16, interpret, n_sm)
+        return _tree_launches(geo, R, W, t, qk_bf16, pdl, interpret, n_sm)
     if ws_ok and cfg["ws"] and not interpret and ws_runs_step(geo, t):     # the interpreter runs no Gluon
         fuse = ws_fuses_step(geo, t)
         grid, const, opts = ws_launch_params(geo, R, W, t, fuse, n_sm)
@@ -164,23 +164,24 @@ def tree_route_supports(K: int, V: int, W: int) -> bool:
     return K <= 128 and V <= 128 and pow2(K) and pow2(V) and W % _TREE_BEAMS == 0 and W <= _TREE_MAX_W
 
 
-def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, interpret: bool, n_sm: int) -> dict:
+def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpret: bool, n_sm: int) -> dict:
     """Step t's record-major launches: "tree_lists", "tree_step" (each tile loop of the step kernel as long as about
-    two programs per SM remain, as the main kernel's beam_iters)."""
+    two programs per SM remain, as the main kernel's beam_iters), both with programmatic dependent launch where
+    `pdl`."""
     first = t == RECORDS_FROM_STEP
     wp = triton.next_power_of_2(W)
     lb = max(1, wp.bit_length() - 1)
     lists = ((R * W // _TREE_BEAMS,),
              dict(WP=wp, BB=_TREE_BEAMS, TC=_TREE_DEPTHS, TF=min(_TREE_DEPTHS, triton.next_power_of_2(t)) if first else 1,
-                  HVP=triton.next_power_of_2(geo.hv), FIRST=first, LB=lb, NC=(62 - lb) // lb),
-             {"num_warps": _TREE_WARPS})
+                  HVP=triton.next_power_of_2(geo.hv), FIRST=first, LB=lb, NC=(62 - lb) // lb, PDL=int(bool(pdl))),
+             {"num_warps": _TREE_WARPS, "launch_pdl": bool(pdl)})
     tiles = W // _TREE_BEAMS
     most = min(_TREE_MAX_ITERS, tiles & -tiles)       # a power of two that divides a request's tiles
     iters = _tiles_per_program(R * geo.hv * tiles, most, n_sm)
     step = ((tiles // iters, R * geo.hv),
             dict(K=geo.k, V=geo.v, G=geo.group, BB=_TREE_BEAMS, CH=_TREE_CH, ITERS=iters,
-                 STAGES=0 if interpret else _TREE_STAGES, QK_BF16=qk_bf16, UPCAST=interpret),
-            {"num_warps": _TREE_WARPS})
+                 STAGES=0 if interpret else _TREE_STAGES, QK_BF16=qk_bf16, UPCAST=interpret, PDL=int(bool(pdl))),
+            {"num_warps": _TREE_WARPS, "launch_pdl": bool(pdl)})
     return {"tree_lists": lists, "tree_step": step}
 
 

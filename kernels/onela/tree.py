@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import cuda as tl_cuda
 
 from kernels.onela.records import record_row
 from kernels.onela.plan import _TREE_BEAMS
@@ -41,13 +42,19 @@ def _min(a, b):
 
 
 @triton.jit
-def _chain(anc_prev_ptr, par_ptr, r, W, T_CAP, beam, cols, step, live):
-    """Step `step`'s ancestry entries h_t(b, j) (j = `cols`) of beams `beam` of request r, read from the previous
-    step's table: the parent's row, and the parent itself at j = step - 1 (what the next table's row holds, read
-    without waiting for it). beam and cols broadcast against each other; `live` masks the loads."""
-    par = tl.load(par_ptr + r * W + beam, mask=live, other=0)
+def _chain_of(anc_prev_ptr, r, W, T_CAP, par, cols, step, live):
+    """Step `step`'s ancestry entries h_t(b, j) (j = `cols`) of the beams whose parents are `par` (request r), read
+    from the previous step's table: the parent's row, and the parent itself at j = step - 1 (what the next table's
+    row holds, read without waiting for it). par and cols broadcast against each other; `live` masks the loads."""
     prev = tl.load(anc_prev_ptr + (r * W + par) * T_CAP + cols, mask=live & (cols < step - 1), other=0)
     return tl.where(cols == step - 1, par, prev)
+
+
+@triton.jit
+def _chain(anc_prev_ptr, par_ptr, r, W, T_CAP, beam, cols, step, live):
+    """`_chain_of` for beams `beam`: their parents loaded first."""
+    par = tl.load(par_ptr + r * W + beam, mask=live, other=0)
+    return _chain_of(anc_prev_ptr, r, W, T_CAP, par, cols, step, live)
 
 
 @triton.jit
@@ -59,68 +66,61 @@ def _slots(anc_prev_ptr, par_ptr, order_ptr, r, W, T_CAP, step, cols, live, pos)
 
 
 @triton.jit
-def _beam_records(par_ptr, anc_prev_ptr, anc_next_ptr, g_ptr, alpha_ptr, gcum_ptr, r, nb, R, W, HV, T_CAP, step,
-                  BB: tl.constexpr, TC: tl.constexpr, TF: tl.constexpr, HVP: tl.constexpr, FIRST: tl.constexpr):
-    """The per-beam records of step `step` for beams `nb` [BB] of request r: the next ancestry table's rows
-    (columns below `step`), alpha_t = exp(g_t) and the cumulative log gate G_b = G(parent) + g_t of every value
-    head. FIRST (the route's first step): the ancestral records' gates are not there yet, so each beam sums its
-    chain's log alphas and writes every ancestor's G (beams that share a record write the same value)."""
-    hvs = tl.arange(0, HVP)
-    gmask = (hvs < HV)[None, :] & (nb < W)[:, None]
-    g = tl.load(g_ptr + (r * W + nb)[:, None] * HV + hvs[None, :], mask=gmask, other=0.0)
-    tl.store(alpha_ptr + record_row(step, r, hvs[None, :], nb[:, None], R, HV, W), tl.exp(g), mask=gmask)
-    if FIRST:                    # TF depths a chunk: a [BB, HVP, TF] tile of gates
-        gprev = tl.zeros([BB, HVP], dtype=tl.float32)      # the chain's sum so far, per (beam, value head)
-        d0 = 0
-        while d0 < step:         # a while loop: the interpreter takes no range over a run-time bound
-            cols = d0 + tl.arange(0, TF)
-            live = (cols < step)[None, :] & (nb < W)[:, None]
-            slot = _chain(anc_prev_ptr, par_ptr, r, W, T_CAP, nb[:, None], cols[None, :], step, live)
-            tl.store(anc_next_ptr + (r * W + nb)[:, None] * T_CAP + cols[None, :], slot, mask=live)
-            rows = record_row(cols[None, None, :], r, hvs[None, :, None], slot[:, None, :], R, HV, W)
-            live3 = live[:, None, :] & (hvs < HV)[None, :, None]
-            cum = tl.cumsum(tl.log(tl.load(alpha_ptr + rows, mask=live3, other=1.0)), axis=2) + gprev[:, :, None]
-            tl.store(gcum_ptr + rows, cum, mask=live3)
-            gprev = tl.sum(tl.where(cols[None, None, :] == tl.minimum(step, d0 + TF) - 1, cum, 0.0), axis=2)
-            d0 += TF
-    else:
-        d0 = 0
-        while d0 < step:
-            cols = d0 + tl.arange(0, TC)
-            live = (cols < step)[None, :] & (nb < W)[:, None]
-            slot = _chain(anc_prev_ptr, par_ptr, r, W, T_CAP, nb[:, None], cols[None, :], step, live)
-            tl.store(anc_next_ptr + (r * W + nb)[:, None] * T_CAP + cols[None, :], slot, mask=live)
-            d0 += TC
-        par = tl.load(par_ptr + r * W + nb)
-        gprev = tl.load(gcum_ptr + record_row(step - 1, r, hvs[None, :], par[:, None], R, HV, W), mask=gmask,
-                        other=0.0)
-    tl.store(gcum_ptr + record_row(step, r, hvs[None, :], nb[:, None], R, HV, W), gprev + g, mask=gmask)
+def _gate_chunk(alpha_ptr, gcum_ptr, gsum, a, rows, live3, cols, last):
+    """The first step's gates of one chunk of depths: G of each chain's record = the running sum `gsum` [BB, HVP]
+    + the cumulative log alphas `a` [BB, HVP, TF] along the chunk (records at `rows`), stored; returns the sum
+    at column `last`."""
+    cum = tl.cumsum(tl.log(a), axis=2) + gsum[:, :, None]
+    tl.store(gcum_ptr + rows, cum, mask=live3)
+    return tl.sum(tl.where(cols[None, None, :] == last, cum, 0.0), axis=2)
 
 
 @triton.jit(do_not_specialize=["step"])
 def onela_tree_lists_kernel(par_ptr, anc, rank_prev_ptr, rank_ptr, order_ptr, scratch_ptr, ent_ptr, cnt_ptr, gates,
                             R, W, HV, T_CAP, step, MAXE, WP: tl.constexpr, BB: tl.constexpr, TC: tl.constexpr,
                             TF: tl.constexpr, HVP: tl.constexpr, FIRST: tl.constexpr, LB: tl.constexpr,
-                            NC: tl.constexpr):
+                            NC: tl.constexpr, PDL: tl.constexpr):
     """Step `step`'s tree order, record lists and per-beam records (module docstring). anc = (the previous step's
     ancestry table, this step's), both [R, W, T_CAP]: this step's rows are read as the parents' previous rows, so
     no program waits for another's writes; rank_prev: each beam's position in the previous step's order (not read
     when FIRST); writes rank and order [R, W] for this tile's positions, the tile's entries (int32 [MAXE, 4] at
-    ent_ptr + tile * MAXE * 4) and its count, and `_beam_records` for the tile's beams in slot order. gates =
-    (g [R, W, HV], the store's alpha, gcum). scratch: int32 [tiles, WP], this program's copy of the order. W a
-    multiple of BB; WP the power of two >= W (LB = log2 WP bits a slot); TC depths per chunk of the list's loop
-    (TF at the first step's gates); HVP the power of two >= HV; NC ancestry columns per sort at the first step
-    (NC LB + LB < 63: int64 keys)."""
+    ent_ptr + tile * MAXE * 4) and its count, and for the tile's beams in slot order the per-beam records: the next
+    ancestry table's rows, alpha_t = exp(g_t) and the cumulative log gate G_b = G(parent) + g_t of every value
+    head (FIRST, the route's first step: the ancestral records' gates are not there yet, so each beam sums its
+    chain's log alphas and writes every ancestor's G; beams that share a record write the same value). The
+    records' first chunk of depths is loaded before the sort and stored after it, so its loads overlap the sort.
+    gates = (g [R, W, HV], the store's alpha, gcum). scratch: int32 [tiles, WP], this program's copy of the order.
+    W a multiple of BB; WP the power of two >= W (LB = log2 WP bits a slot); TC depths per chunk of the loops (TF
+    at the first step's gates: a [BB, HVP, TF] tile); HVP the power of two >= HV; NC ancestry columns per sort at
+    the first step (NC LB + LB < 63: int64 keys). PDL: this step's inputs (g, parents) are read before the wait
+    on the previous launch, everything else after it."""
     anc_prev_ptr, anc_next_ptr = anc
     g_ptr, alpha_ptr, gcum_ptr = gates
+    if PDL:
+        tl_cuda.gdc_launch_dependents()     # the step kernel may load its S tile meanwhile
     tile = tl.program_id(0)
     r = tile // (W // BB)
     lane = tl.arange(0, BB)
-    nb = (tile % (W // BB)) * BB + lane
-    _beam_records(par_ptr, anc_prev_ptr, anc_next_ptr, g_ptr, alpha_ptr, gcum_ptr, r, nb, R, W, HV, T_CAP, step,
-                  BB, TC, TF, HVP, FIRST)
+    nb = (tile % (W // BB)) * BB + lane           # the tile's beams (slot order) and positions (tree order)
     p = tl.arange(0, WP)
     in_w = p < W
+    hvs = tl.arange(0, HVP)
+    gmask = (hvs < HV)[None, :] & (nb < W)[:, None]
+    g = tl.load(g_ptr + (r * W + nb)[:, None] * HV + hvs[None, :], mask=gmask, other=0.0)
+    par = tl.load(par_ptr + r * W + nb)
+    par_w = tl.load(par_ptr + r * W + p, mask=in_w, other=0)
+    if PDL:
+        tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
+    TA: tl.constexpr = TF if FIRST else TC
+    cols = tl.arange(0, TA)
+    live = (cols < step)[None, :] & (nb < W)[:, None]
+    slot = _chain_of(anc_prev_ptr, r, W, T_CAP, par[:, None], cols[None, :], step, live)
+    if FIRST:
+        a = tl.load(alpha_ptr + record_row(cols[None, None, :], r, hvs[None, :, None], slot[:, None, :], R, HV, W),
+                    mask=live[:, None, :] & (hvs < HV)[None, :, None], other=1.0)
+    else:
+        gprev = tl.load(gcum_ptr + record_row(step - 1, r, hvs[None, :], par[:, None], R, HV, W), mask=gmask,
+                        other=0.0)
     scr = scratch_ptr + tile.to(tl.int64) * WP
     if FIRST:   # a least-significant-first radix sort of the ancestry rows: NC columns of LB bits a pass
         order = p
@@ -139,10 +139,29 @@ def onela_tree_lists_kernel(par_ptr, anc, rank_prev_ptr, rank_ptr, order_ptr, sc
             tl.debug_barrier()
             hi = lo
     else:
-        par = tl.load(par_ptr + r * W + p, mask=in_w, other=0)
-        rank = tl.load(rank_prev_ptr + r * W + par, mask=in_w, other=0)
+        rank = tl.load(rank_prev_ptr + r * W + par_w, mask=in_w, other=0)
         order = tl.sort(tl.where(in_w, rank * WP + p, W * WP + p)) % WP
     tl.store(scr + p, order)
+    # the per-beam records: the first chunk from the loads above, then any further chunks
+    tl.store(anc_next_ptr + (r * W + nb)[:, None] * T_CAP + cols[None, :], slot, mask=live)
+    tl.store(alpha_ptr + record_row(step, r, hvs[None, :], nb[:, None], R, HV, W), tl.exp(g), mask=gmask)
+    if FIRST:
+        gprev = _gate_chunk(alpha_ptr, gcum_ptr, tl.zeros([BB, HVP], dtype=tl.float32), a,
+                            record_row(cols[None, None, :], r, hvs[None, :, None], slot[:, None, :], R, HV, W),
+                            live[:, None, :] & (hvs < HV)[None, :, None], cols, tl.minimum(step, TA) - 1)
+    d0 = TA
+    while d0 < step:             # a while loop: the interpreter takes no range over a run-time bound
+        cols_d = d0 + tl.arange(0, TA)
+        live_d = (cols_d < step)[None, :] & (nb < W)[:, None]
+        slot_d = _chain_of(anc_prev_ptr, r, W, T_CAP, par[:, None], cols_d[None, :], step, live_d)
+        tl.store(anc_next_ptr + (r * W + nb)[:, None] * T_CAP + cols_d[None, :], slot_d, mask=live_d)
+        if FIRST:
+            rows_d = record_row(cols_d[None, None, :], r, hvs[None, :, None], slot_d[:, None, :], R, HV, W)
+            live3_d = live_d[:, None, :] & (hvs < HV)[None, :, None]
+            gprev = _gate_chunk(alpha_ptr, gcum_ptr, gprev, tl.load(alpha_ptr + rows_d, mask=live3_d, other=1.0),
+                                rows_d, live3_d, cols_d, tl.minimum(step, d0 + TA) - 1)
+        d0 += TA
+    tl.store(gcum_ptr + record_row(step, r, hvs[None, :], nb[:, None], R, HV, W), gprev + g, mask=gmask)
     tl.debug_barrier()
     pos = nb
     beam = tl.load(scr + pos)
@@ -151,19 +170,19 @@ def onela_tree_lists_kernel(par_ptr, anc, rank_prev_ptr, rank_ptr, order_ptr, sc
     ent = ent_ptr + tile.to(tl.int64) * MAXE * 4
     n = 0
     d0 = 0
-    while d0 < step:             # a while loop: the interpreter takes no range over a run-time bound
-        cols = d0 + tl.arange(0, TC)
-        live = (cols < step)[None, :] & (lane < BB)[:, None]
-        cur = _slots(anc_prev_ptr, par_ptr, scr, r, W, T_CAP, step, cols, live, pos)
-        head = live & ((lane == 0)[:, None] | (cur != _slots(anc_prev_ptr, par_ptr, scr, r, W, T_CAP, step, cols,
-                                                             live, pos - 1)))
-        nxt = (lane < BB - 1)[:, None] & (_slots(anc_prev_ptr, par_ptr, scr, r, W, T_CAP, step, cols, live,
+    while d0 < step:
+        cl = d0 + tl.arange(0, TC)
+        lv = (cl < step)[None, :] & (lane < BB)[:, None]
+        cur = _slots(anc_prev_ptr, par_ptr, scr, r, W, T_CAP, step, cl, lv, pos)
+        head = lv & ((lane == 0)[:, None] | (cur != _slots(anc_prev_ptr, par_ptr, scr, r, W, T_CAP, step, cl,
+                                                             lv, pos - 1)))
+        nxt = (lane < BB - 1)[:, None] & (_slots(anc_prev_ptr, par_ptr, scr, r, W, T_CAP, step, cl, lv,
                                                  pos + 1) != cur)
         end = tl.associative_scan(tl.where(nxt, lane[:, None] + 1, BB), 0, _min, reverse=True)
         per_depth = tl.sum(head.to(tl.int32), 0)
         idx = n + (tl.cumsum(per_depth, 0) - per_depth)[None, :] + tl.cumsum(head.to(tl.int32), 0) - 1
         e = ent + idx * 4
-        tl.store(e, cols[None, :] + tl.zeros([BB, TC], dtype=tl.int32), mask=head)
+        tl.store(e, cl[None, :] + tl.zeros([BB, TC], dtype=tl.int32), mask=head)
         tl.store(e + 1, cur, mask=head)
         tl.store(e + 2, lane[:, None] + tl.zeros([BB, TC], dtype=tl.int32), mask=head)
         tl.store(e + 3, end, mask=head)
@@ -209,7 +228,8 @@ def _records_chunk(khat_ptr, delta_ptr, gcum_ptr, ent, c, n, r, hk, hv, lane8, x
 @triton.jit(do_not_specialize=["step"])
 def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE, sq, sv, step,
                            K: tl.constexpr, V: tl.constexpr, G: tl.constexpr, BB: tl.constexpr, CH: tl.constexpr,
-                           ITERS: tl.constexpr, STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr):
+                           ITERS: tl.constexpr, STAGES: tl.constexpr, QK_BF16: tl.constexpr, UPCAST: tl.constexpr,
+                           PDL: tl.constexpr):
     """Step `step` on the record-major route for ITERS tiles of BB tree-order positions of one (request, value
     head), after `onela_tree_lists_kernel`: the S_ctx[r, hv] tile rounded to bf16 once (as the main kernel's
     projections take it at K <= 128), then per tile the beams' q, k rows (bf16; fp32 with QK_BF16 off, split into
@@ -221,7 +241,10 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
     the first left them (on Hopper, wgmma with A in registers: one warp a block) and reads each delta row once;
     the blocks are summed in pairs once per tile. The S projection fills the hi blocks' accumulator rows.
     beams = (q, k, v, beta), gtr = the GtrStore's (k-hat, delta) and gcum, tree = (order, entries, counts);
-    sq / sv = q and k's / v's (request, beam, head) strides."""
+    sq / sv = q and k's / v's (request, beam, head) strides. PDL: the S tile is loaded before the wait on the
+    previous launch (the lists), everything else after it."""
+    if PDL:
+        tl_cuda.gdc_launch_dependents()     # the next step's lists may load its parents and gates meanwhile
     q_ptr, k_ptr, v_ptr, beta_ptr = beams
     khat_ptr, delta_ptr, gcum_ptr = gtr
     order_ptr, ent_ptr, cnt_ptr = tree
@@ -234,6 +257,8 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
     offs_v = tl.arange(0, V)
     s_row = (r * HV + hv).to(tl.int64) * (V * K) + offs_v * K
     s_t = tl.trans(tl.load(s_ptr + s_row[:, None] + offs_k[None, :]).to(tl.bfloat16))           # [K, V]
+    if PDL:
+        tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
     lane = tl.arange(0, BB)
     rows = tl.arange(0, 4 * BB)                 # [x, half of the tile, hi / lo, 8 beams]: see the docstring
     lane4 = (rows // BB) % 2 * (BB // 2) + rows % (BB // 2)
