@@ -160,8 +160,7 @@ def test_onela_record_major_route_matches_the_depth_loop_and_fp64(geo, R, W, T, 
         st2.n_sm = 1
         assert torch.equal(_decode(st2, wl), out1)
     assert torch.equal(st1.anc[(T - 1) % 2], st0.anc[(T - 1) % 2])
-    # k-hat_t from the step kernel's norms, whose sums run in another order than the prep kernel's: one bf16 rounding
-    torch.testing.assert_close(st1.store.khat.float(), st0.store.khat.float(), rtol=2 ** -8, atol=0)
+    torch.testing.assert_close(st1.store.khat.float(), st0.store.khat.float(), rtol=0, atol=0)
     torch.testing.assert_close(st1.store.delta.float(), st0.store.delta.float(), rtol=2 ** -7, atol=1e-6)
     assert torch.equal(st1.tree.order.cpu(), tree_order(st1.anc[(T - 1) % 2].cpu(), T - 1))
     assert torch.equal(torch.gather(st1.tree.rank[(T - 1) % 2], 1, st1.tree.order.long()).cpu(),
@@ -174,29 +173,6 @@ def test_onela_record_major_route_matches_the_depth_loop_and_fp64(geo, R, W, T, 
             R, geo.hv, W)) for i in range(j + 1))
         got = torch.gather(st1.tree.gcum[j], 2, slot)
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-
-
-@pytest.mark.gpu
-def test_gpu_ws_writes_the_gates_the_record_major_route_starts_from():
-    """The one-launch warp-specialised kernel at the step before the record-major route writes the cumulative log
-    gate of every record of the live chains and of its own records, so the route's first step sums no chains
-    itself: the gates are the chains' sums of log alphas and the outputs are within the fp64 reference's bound
-    (bf16 rows and outputs, W a multiple of 64: what that kernel takes)."""
-    from kernels.onela.plan import RECORDS_FROM_STEP
-    if torch.cuda.get_device_capability()[0] != 9:
-        pytest.skip("the warp-specialised kernel needs a Hopper GPU")
-    geo, R, W, T = Geometry(2, 2, 128, 128), 2, 64, RECORDS_FROM_STEP + 3
-    wl = make_workload(geo, R, W, T, lineage="beam", seed=5, device="cuda", prompt_len=16, dtype=torch.bfloat16)
-    st, out = _run(OneLAStepper, wl, torch.bfloat16)
-    assert st.tree is not None and st.tree.gates_step == RECORDS_FROM_STEP - 1, "the gates were not written by ws"
-    ref = fullstate_decode(wl, torch.float64)
-    assert (out.double() - ref).abs().max().item() <= GPU_REL_TOL * ref.abs().max().item()
-    table = st.anc[(T - 1) % 2].long()                                   # [R, W, T]
-    for j in range(T - 1):
-        slot = table[:, :, j][:, None, :].expand(R, geo.hv, W)
-        want = sum(torch.gather(st.store.alpha[i].transpose(1, 2).log(), 2, table[:, :, i][:, None, :].expand(
-            R, geo.hv, W)) for i in range(j + 1))
-        torch.testing.assert_close(torch.gather(st.tree.gcum[j], 2, slot), want, rtol=1e-5, atol=1e-5)
 
 
 def _coef_tables(wl, cfg):

@@ -40,7 +40,7 @@ _ARGS = {
     "q_ptr": _BF16, "k_ptr": _BF16, "g_ptr": _F32, "par_ptr": _I32, "anc_prev_ptr": _I32, "anc_next_ptr": _I32,
     "alpha_ptr": _F32, "khat_ptr": _BF16, "coef_ptr": _F32, "s_ptr": _F32, "anc_ptr": _I32, "out_ptr": _BF16,
     "inputs": (_BF16, _BF16, _BF16, _F32, _F32), "records": (_F32, _BF16, _BF16),
-    "ptrs": (_I32, _I32, _I32, _F32, _F32, _BF16, _F32, _F32, _BF16, _BF16, _F32),
+    "ptrs": (_I32, _I32, _I32, _F32, _F32, _BF16, _F32, _F32, _BF16, _BF16),
     "sq": ("i32",) * 3, "sv": ("i32",) * 3, "dims": ("i32",) * 5,
     "gcum_ptr": _F32, "rank_prev_ptr": _I32, "rank_ptr": _I32,
     "order_ptr": _I32, "scratch_ptr": _I32, "ent_ptr": _I32, "cnt_ptr": _I32,

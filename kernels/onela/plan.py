@@ -139,14 +139,11 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
     kernels. The prep launch is "prep" (the one-tile kernel), or "prep_pipe" (the pipelined kernel, the step a
     run-time argument) from step _PIPE_FROM_STEP on and where `prep_is_deep`."""
     pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
-    ws = ws_ok and cfg["ws"] and not interpret          # the interpreter runs no Gluon
     if cfg["tree"] and t >= RECORDS_FROM_STEP:
-        gates = ws and _ws_writes_gates(geo, t - 1)
-        return _tree_launches(geo, R, W, t, qk_bf16, pdl, interpret, n_sm, gates)
-    if ws and ws_runs_step(geo, t):
+        return _tree_launches(geo, R, W, t, qk_bf16, pdl, interpret, n_sm)
+    if ws_ok and cfg["ws"] and not interpret and ws_runs_step(geo, t):     # the interpreter runs no Gluon
         fuse = ws_fuses_step(geo, t)
-        grid, const, opts = ws_launch_params(geo, R, W, t, fuse, n_sm,
-                                             gcum=bool(cfg["tree"]) and t == RECORDS_FROM_STEP - 1)
+        grid, const, opts = ws_launch_params(geo, R, W, t, fuse, n_sm)
         ws = {"ws": (grid, const, {**opts, "launch_pdl": bool(pdl)})}
         return ws if fuse else {**_prep_launch(geo, R, W, t, pdl, interpret), **ws}
     iters = cfg["beam_iters"]
@@ -167,24 +164,15 @@ def tree_route_supports(K: int, V: int, W: int) -> bool:
     return K <= 128 and V <= 128 and pow2(K) and pow2(V) and W % _TREE_BEAMS == 0 and W <= _TREE_MAX_W
 
 
-def _ws_writes_gates(geo, t: int) -> bool:
-    """Whether step t, run by the warp-specialised kernel, writes the cumulative log gates the record-major route
-    starts from (its one-launch form at the step before the route: `ws_launch_params`' gcum)."""
-    return t == RECORDS_FROM_STEP - 1 and ws_runs_step(geo, t) and ws_fuses_step(geo, t)
-
-
-def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpret: bool, n_sm: int,
-                   gates: bool) -> dict:
+def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpret: bool, n_sm: int) -> dict:
     """Step t's record-major launches: "tree_lists", "tree_step" (each tile loop of the step kernel as long as about
     two programs per SM remain, as the main kernel's beam_iters), both with programmatic dependent launch where
-    `pdl`. The lists kernel's FIRST form (the chains' gates summed) runs at the route's first step unless the step
-    before wrote them (`gates`; the stepper decides from what that step ran, `TreeState.launch`)."""
-    first = t == RECORDS_FROM_STEP and not gates
+    `pdl`."""
+    first = t == RECORDS_FROM_STEP
     wp = triton.next_power_of_2(W)
     lb = max(1, wp.bit_length() - 1)
     lists = ((R * W // _TREE_BEAMS,),
-             dict(WP=wp, BB=_TREE_BEAMS, TC=_TREE_DEPTHS,
-                  TF=min(_TREE_DEPTHS, triton.next_power_of_2(t)) if t == RECORDS_FROM_STEP else 1,
+             dict(WP=wp, BB=_TREE_BEAMS, TC=_TREE_DEPTHS, TF=min(_TREE_DEPTHS, triton.next_power_of_2(t)) if first else 1,
                   HVP=triton.next_power_of_2(geo.hv), FIRST=first, LB=lb, NC=(62 - lb) // lb, PDL=int(bool(pdl))),
              {"num_warps": _TREE_WARPS, "launch_pdl": bool(pdl)})
     tiles = W // _TREE_BEAMS

@@ -64,8 +64,6 @@ class OneLAStepper(Stepper):
 
     def reset(self, s_ctx, tail=None):
         self.s_ctx = check_reset(self, s_ctx, tail)
-        if self.tree is not None:
-            self.tree.gates_step = -1
         if self.ws_shape_ok:    # the warp-specialised kernel loads S's bf16 rounding by TMA
             # written into the same buffer at every later reset: a captured step keeps reading it
             if self.s_bf16 is None:

@@ -32,7 +32,6 @@ import triton.language as tl
 from triton.language.extra import cuda as tl_cuda
 
 from kernels.onela.records import record_row
-from kernels.onela import plan
 from kernels.onela.plan import _TREE_BEAMS
 from kernels.onela.triton_kernels import _mm, _norms, _qk_load
 
@@ -337,7 +336,6 @@ class TreeState:
         self.scratch = torch.zeros(tiles, triton.next_power_of_2(W), **i32)
         self.ent = torch.zeros(tiles, _TREE_BEAMS * T, 4, **i32)
         self.cnt = torch.zeros(tiles, **i32)
-        self.gates_step = -1        # the step whose warp-specialised kernel last wrote the gates (`launch_ws`)
 
     def persistent_bytes(self) -> int:
         """The gates and the two order tables (the rest is rewritten every step)."""
@@ -348,8 +346,6 @@ class TreeState:
         q, k, v, g, beta, parents = ins
         geo, R, W = st.geometry, st.R, st.W
         grid, const, opts = launches["tree_lists"]
-        if t == plan.RECORDS_FROM_STEP:     # the chains' gates are summed here unless the step before wrote them
-            const = {**const, "FIRST": self.gates_step != t - 1}
         st._note_kernel("tree_lists", onela_tree_lists_kernel[grid](
             parents, (st.anc[(t - 1) % 2], st.anc[t % 2]), self.rank[(t - 1) % 2], self.rank[t % 2], self.order,
             self.scratch, self.ent, self.cnt, (g, st.store.alpha, self.gcum), R, W, geo.hv, st.T, t,

@@ -191,31 +191,20 @@ def _key_loads(tile, tile1, slots, alpha_ptr, g_ptr, R, W, HV, NBT, STEP: gl.con
 
 
 @gluon.jit
-def _key_scalars(tile, alphas, gv, slots, alpha_ptr, gcum_ptr, aux, aux_ready, aux_empty, a_cnt, R, W, HV, NBT,
-                 STEP: gl.constexpr, TPC: gl.constexpr, BB: gl.constexpr, NVC: gl.constexpr, pl: gl.constexpr,
-                 GCUM: gl.constexpr):
+def _key_scalars(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, R, W, HV, NBT, STEP: gl.constexpr,
+                 TPC: gl.constexpr, BB: gl.constexpr, NVC: gl.constexpr, pl: gl.constexpr):
     """FUSE: tile `tile`'s per-beam scalars as the prep kernel forms them, from its ancestral alphas and gates
     (`_key_loads`, a tile earlier) -- alpha_t = exp(g) (its record written) and the replay's alpha products
     c_j = alpha_t prod_{i > j} alpha_i (row j < STEP of the aux tile) and P = c_{-1} (row STEP) -- into the aux
-    stage the consumer reads (chunk 0 writes the record). GCUM (the step before the record-major route): also the
-    cumulative log gate of each record of the beams' chains (ancestry rows `slots`, layout `pl`) and of the beams'
-    own records, which that route keeps per record (`kernels/onela/tree.py`)."""
+    stage the consumer reads (chunk 0 writes the record)."""
     vh, head, r, hv, ch = _coords(tile, NBT, HV, NVC)
     offs_b = (tile % NBT) * BB + gl.arange(0, BB, layout=gl.SliceLayout(1, pl))
     tcol = gl.arange(0, TPC, layout=gl.SliceLayout(0, pl))
     alpha_t = gl.exp(gv)
-    first = offs_b < W * (ch == 0)          # chunk 0 writes a tile's records
     if NVC == 1:
         gl.store(alpha_ptr + record_row(STEP, r, hv, offs_b, R, HV, W), alpha_t)
     else:
-        gl.store(alpha_ptr + record_row(STEP, r, hv, offs_b, R, HV, W), alpha_t, mask=first)
-    if GCUM:
-        gsum = gv * 0.0
-        for j in gl.static_range(STEP):
-            gsum = gsum + gl.log(gl.sum(gl.where(tcol[None, :] == j, alphas, 0.0), axis=1))
-            slot = gl.sum(gl.where(tcol[None, :] == j, slots, 0), axis=1)
-            gl.store(gcum_ptr + record_row(j, r, hv, slot, R, HV, W), gsum, mask=first)
-        gl.store(gcum_ptr + record_row(STEP, r, hv, offs_b, R, HV, W), gsum + gv, mask=first)
+        gl.store(alpha_ptr + record_row(STEP, r, hv, offs_b, R, HV, W), alpha_t, mask=offs_b < W * (ch == 0))
     c = alpha_t
     coef = gl.zeros([BB, TPC], gl.float32, pl)
     for jj in gl.static_range(STEP):
@@ -246,7 +235,7 @@ def _ring_put(ptrs, ring, ring_ready, ring_empty, cnt, NR: gl.constexpr):
 @gluon.jit
 def _producer(descs, bufs, bars, ptrs, dims, sv, G: gl.constexpr, STEP: gl.constexpr, K: gl.constexpr,
               V: gl.constexpr, NVC: gl.constexpr, BB: gl.constexpr, NR: gl.constexpr, TP: gl.constexpr,
-              TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr, GCUM: gl.constexpr):
+              TPC: gl.constexpr, PWARPS: gl.constexpr, FUSE: gl.constexpr):
     """Every load of the program, in the order the consumer uses them: a tile's ring entries, then the next
     tile's q, k (and S) -- after this tile's gathers and v, which also lets a next tile of a new head load its S
     (waiting for this tile's projections) without a second issue point. With FUSE also the key-axis work of the
@@ -257,7 +246,7 @@ def _producer(descs, bufs, bars, ptrs, dims, sv, G: gl.constexpr, STEP: gl.const
     ring, aux = bufs[3], bufs[4]
     ring_ready, ring_empty, aux_ready, aux_empty = bars[4], bars[5], bars[6], bars[7]
     anc_ptr, par_ptr, anc_next_ptr, alpha_ptr, g_ptr, khat_ptr = ptrs[0], ptrs[1], ptrs[2], ptrs[3], ptrs[4], ptrs[5]
-    delta_ptr, v_ptr, gcum_ptr = ptrs[8], ptrs[9], ptrs[10]
+    delta_ptr, v_ptr = ptrs[8], ptrs[9]
     R, W, HV, T_CAP, NT = dims
     sv_r, sv_w, sv_h = sv
     gat: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [PWARPS, 1], [1, 0])
@@ -301,12 +290,8 @@ def _producer(descs, bufs, bars, ptrs, dims, sv, G: gl.constexpr, STEP: gl.const
             par_sl = gl.convert_layout(par_n, gl.SliceLayout(1, sl))
             slots_next = _anc_rows(anc_ptr, anc_next_ptr, par_sl, tile + 1, tile1, NBT, W, HV, T_CAP, STEP, TP, BB,
                                    NVC, sl)
-            if GCUM:
-                slots_pl = gl.convert_layout(slots, pl)
-            else:
-                slots_pl = alphas       # not read
-            a_cnt = _key_scalars(tile, alphas, gv, slots_pl, alpha_ptr, gcum_ptr, aux, aux_ready, aux_empty, a_cnt,
-                                 R, W, HV, NBT, STEP, TPC, BB, NVC, pl, GCUM)
+            a_cnt = _key_scalars(tile, alphas, gv, alpha_ptr, aux, aux_ready, aux_empty, a_cnt, R, W, HV, NBT, STEP,
+                                 TPC, BB, NVC, pl)
         for j in gl.static_range(STEP):
             slot = gl.convert_layout(gl.sum(gl.where(tcol[None, :] == j, slots, 0), axis=1), row_l)
             dptrs = delta_ptr + (record_row(j, r, hv, slot, R, HV, W).to(gl.int64) * V)[:, None] + ccols[None, :]
@@ -529,7 +514,7 @@ def _consumer(descs, bufs, bars, ptrs, dims, G: gl.constexpr, STEP: gl.constexpr
 def onela_ws_kernel(q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, ptrs, dims, sv,
                     K: gl.constexpr, V: gl.constexpr, G: gl.constexpr, STEP: gl.constexpr, NR: gl.constexpr,
                     TP: gl.constexpr, TPC: gl.constexpr, FUSE: gl.constexpr, KH_OWN: gl.constexpr,
-                    NVC: gl.constexpr, GCUM: gl.constexpr):
+                    NVC: gl.constexpr):
     """Step STEP of the decode after the prep kernel -- with FUSE the whole step, the prep kernel's work included;
     a persistent program per SM over a contiguous range of beam tiles. The ancestry table ptrs[0] is this step's,
     or with FUSE the previous step's (this step's is written to ptrs[2]). Argument tuples: module docstring (the
@@ -577,7 +562,7 @@ def onela_ws_kernel(q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, ptrs,
     bars = (s_ready, s_empty, qk_ready, qk_empty, ring_ready, ring_empty, aux_ready, aux_empty)
     gl.warp_specialize([
         (_consumer, (descs, bufs, bars, ptrs, dims, G, STEP, K, V, NVC, BB, NR, TPC, FUSE, KH_OWN)),
-        (_producer, (descs, bufs, bars, ptrs, dims, sv, G, STEP, K, V, NVC, BB, NR, TP, TPC, PWARPS, FUSE, GCUM)),
+        (_producer, (descs, bufs, bars, ptrs, dims, sv, G, STEP, K, V, NVC, BB, NR, TP, TPC, PWARPS, FUSE)),
     ], [PWARPS], [PREGS])
 
 
@@ -680,19 +665,16 @@ def _ws_ring_entries(K: int, fuse: bool, tpc: int, kh_own: bool) -> int:
     return min(_RING_MAX, (_SMEM_PER_BLOCK - _SMEM_SLACK - fixed) // entry)
 
 
-def ws_launch_params(geo, R: int, W: int, t: int, fuse: bool, n_sm: int, gcum: bool = False
-                     ) -> tuple[tuple, dict, dict]:
+def ws_launch_params(geo, R: int, W: int, t: int, fuse: bool, n_sm: int) -> tuple[tuple, dict, dict]:
     """(grid, constexpr arguments, launch options) of step t's warp-specialised kernel: one place for
-    `launch_ws` and `tools.compile_report`. One program per SM (at most one per tile). gcum (one-launch form
-    only): the step also writes the cumulative log gates the record-major route starts from (GCUM)."""
+    `launch_ws` and `tools.compile_report`. One program per SM (at most one per tile)."""
     pow2 = lambda x: 1 << (x - 1).bit_length()      # noqa: E731
     tpc = max(2, pow2(t + 1))
     kh_own = fuse and t <= _OWN_KHAT_MAX_STEP and geo.k == KC_TILE
     nr = _ws_ring_entries(geo.k, fuse, tpc, kh_own)
     assert nr >= 2, (geo, t, fuse, nr)      # at K = 256 the consumer takes a k-hat row as two entries
     const = dict(K=geo.k, V=geo.v, G=geo.group, STEP=t, NR=nr, KH_OWN=kh_own,
-                 TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, FUSE=fuse, NVC=geo.v // VC_TILE,
-                 GCUM=bool(gcum and fuse))
+                 TP=tpc if fuse else max(2, pow2(max(t, 1))), TPC=tpc, FUSE=fuse, NVC=geo.v // VC_TILE)
     grid = (min(_ws_tiles(geo, R, W), n_sm),)
     return grid, const, {"num_warps": 8, "maxnreg": _MAXNREG}
 
@@ -711,13 +693,8 @@ def launch_ws(st, q, k, v, g, beta, parents, anc_prev, anc_cur, out, grid, const
     # k-hat_t one per key block
     dst_desc = _desc(st.store.delta.transpose(2, 3).view(-1, geo.v), [BB_TILE, VC_TILE])
     khat_desc = _desc(st.store.khat.transpose(2, 3).view(-1, geo.k), [BB_TILE, KC_TILE])
-    gcum = st.tree.gcum if const["GCUM"] and st.tree is not None else None
-    if gcum is None:            # a decode that never reaches the record-major route keeps no gates
-        const = {**const, "GCUM": False}
-    else:
-        st.tree.gates_step = const["STEP"]
     ptrs = (anc_prev if const["FUSE"] else anc_cur, parents, anc_cur, st.store.alpha, g, st.store.khat, st.coef,
-            beta, st.store.delta, v, st.store.alpha if gcum is None else gcum)
+            beta, st.store.delta, v)
     dims = (R, W, geo.hv, st.T, _ws_tiles(geo, R, W))
     return onela_ws_kernel[grid](q_desc, k_desc, s_desc, out_desc, dst_desc, khat_desc, ptrs, dims,
                                  (v.stride(0), v.stride(1), v.stride(2)), **const, **opts)
