@@ -171,8 +171,9 @@ def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpr
     first = t == RECORDS_FROM_STEP
     wp = triton.next_power_of_2(W)
     lb = max(1, wp.bit_length() - 1)
-    lists = ((R * W // _TREE_BEAMS,),
-             dict(WP=wp, BB=_TREE_BEAMS, TC=_TREE_DEPTHS, TF=min(_TREE_DEPTHS, triton.next_power_of_2(t)) if first else 1,
+    tf = min(_TREE_DEPTHS, triton.next_power_of_2(t)) if first else 1
+    lists = ((R * W // _TREE_BEAMS, 1 + geo.hv if first else 1),      # first: a program per value head's gates
+             dict(WP=wp, BB=_TREE_BEAMS, TC=_TREE_DEPTHS, TF=tf,
                   HVP=triton.next_power_of_2(geo.hv), FIRST=first, LB=lb, NC=(62 - lb) // lb, PDL=int(bool(pdl))),
              {"num_warps": _TREE_WARPS, "launch_pdl": bool(pdl)})
     tiles = W // _TREE_BEAMS

@@ -66,13 +66,25 @@ def _slots(anc_prev_ptr, par_ptr, order_ptr, r, W, T_CAP, step, cols, live, pos)
 
 
 @triton.jit
-def _gate_chunk(alpha_ptr, gcum_ptr, gsum, a, rows, live3, cols, last):
-    """The first step's gates of one chunk of depths: G of each chain's record = the running sum `gsum` [BB, HVP]
-    + the cumulative log alphas `a` [BB, HVP, TF] along the chunk (records at `rows`), stored; returns the sum
-    at column `last`."""
-    cum = tl.cumsum(tl.log(a), axis=2) + gsum[:, :, None]
-    tl.store(gcum_ptr + rows, cum, mask=live3)
-    return tl.sum(tl.where(cols[None, None, :] == last, cum, 0.0), axis=2)
+def _first_gates(par_ptr, anc_prev_ptr, g_ptr, alpha_ptr, gcum_ptr, r, nb, hv, R, W, HV, T_CAP, step,
+                 TF: tl.constexpr):
+    """The route's first step, value head hv, beams `nb` of request r: the ancestral records' gates are not there
+    yet, so each beam sums its chain's log alphas (TF depths a chunk) and writes every ancestor's G (beams that
+    share a record write the same value), then its own G_b = G(parent) + g_t."""
+    par = tl.load(par_ptr + r * W + nb)
+    g = tl.load(g_ptr + (r * W + nb) * HV + hv)
+    gsum = g * 0.0
+    d0 = 0
+    while d0 < step:             # a while loop: the interpreter takes no range over a run-time bound
+        cols = d0 + tl.arange(0, TF)
+        live = (cols < step)[None, :] & (nb < W)[:, None]
+        rows = record_row(cols[None, :], r, hv, _chain_of(anc_prev_ptr, r, W, T_CAP, par[:, None], cols[None, :],
+                                                           step, live), R, HV, W)
+        cum = tl.cumsum(tl.log(tl.load(alpha_ptr + rows, mask=live, other=1.0)), axis=1) + gsum[:, None]
+        tl.store(gcum_ptr + rows, cum, mask=live)
+        gsum = tl.sum(tl.where(cols[None, :] == tl.minimum(step, d0 + TF) - 1, cum, 0.0), axis=1)
+        d0 += TF
+    tl.store(gcum_ptr + record_row(step, r, hv, nb, R, HV, W), gsum + g)
 
 
 @triton.jit(do_not_specialize=["step"])
@@ -80,28 +92,44 @@ def onela_tree_lists_kernel(par_ptr, anc, rank_prev_ptr, rank_ptr, order_ptr, sc
                             R, W, HV, T_CAP, step, MAXE, WP: tl.constexpr, BB: tl.constexpr, TC: tl.constexpr,
                             TF: tl.constexpr, HVP: tl.constexpr, FIRST: tl.constexpr, LB: tl.constexpr,
                             NC: tl.constexpr, PDL: tl.constexpr):
-    """Step `step`'s tree order, record lists and per-beam records (module docstring). anc = (the previous step's
-    ancestry table, this step's), both [R, W, T_CAP]: this step's rows are read as the parents' previous rows, so
-    no program waits for another's writes; rank_prev: each beam's position in the previous step's order (not read
-    when FIRST); writes rank and order [R, W] for this tile's positions, the tile's entries (int32 [MAXE, 4] at
-    ent_ptr + tile * MAXE * 4) and its count, and for the tile's beams in slot order the per-beam records: the next
-    ancestry table's rows, alpha_t = exp(g_t) and the cumulative log gate G_b = G(parent) + g_t of every value
-    head (FIRST, the route's first step: the ancestral records' gates are not there yet, so each beam sums its
-    chain's log alphas and writes every ancestor's G; beams that share a record write the same value). The
-    records' first chunk of depths is loaded before the sort and stored after it, so its loads overlap the sort.
-    gates = (g [R, W, HV], the store's alpha, gcum). scratch: int32 [tiles, WP], this program's copy of the order.
-    W a multiple of BB; WP the power of two >= W (LB = log2 WP bits a slot); TC depths per chunk of the loops (TF
-    at the first step's gates: a [BB, HVP, TF] tile); HVP the power of two >= HV; NC ancestry columns per sort at
-    the first step (NC LB + LB < 63: int64 keys). PDL: this step's inputs (g, parents) are read before the wait
-    on the previous launch, everything else after it."""
+    """Step `step`'s tree order, record lists and per-beam records (module docstring); programs (tile, 0). anc =
+    (the previous step's ancestry table, this step's), both [R, W, T_CAP]: this step's rows are read as the
+    parents' previous rows, so no program waits for another's writes; rank_prev: each beam's position in the
+    previous step's order (not read when FIRST); writes rank and order [R, W] for this tile's positions, the
+    tile's entries (int32 [MAXE, 4] at ent_ptr + tile * MAXE * 4) and its count, and for the tile's beams in slot
+    order the per-beam records: the next ancestry table's rows, alpha_t = exp(g_t) and the cumulative log gate
+    G_b = G(parent) + g_t of every value head -- whose loads go out before the sort and stores after it. FIRST
+    (the route's first step): a radix sort instead of the one sort by the previous order, and the gates come from
+    programs (tile, 1 + hv), one per value head (`_first_gates`). gates = (g [R, W, HV], the store's alpha,
+    gcum). scratch: int32 [tiles, WP], this program's copy of the order. W a multiple of BB; WP the power of two
+    >= W (LB = log2 WP bits a slot); TC depths per chunk of the loops (TF at the first step's gates); HVP the power
+    of two >= HV; NC ancestry columns per sort at the first step (NC LB + LB < 63: int64 keys). PDL: this step's
+    inputs (g, parents) are read before the wait on the previous launch, everything else after it."""
     anc_prev_ptr, anc_next_ptr = anc
     g_ptr, alpha_ptr, gcum_ptr = gates
     if PDL:
         tl_cuda.gdc_launch_dependents()     # the step kernel may load its S tile meanwhile
     tile = tl.program_id(0)
+    role = tl.program_id(1)
     r = tile // (W // BB)
     lane = tl.arange(0, BB)
     nb = (tile % (W // BB)) * BB + lane           # the tile's beams (slot order) and positions (tree order)
+    if role > 0:
+        if PDL:
+            tl_cuda.gdc_wait()
+        _first_gates(par_ptr, anc_prev_ptr, g_ptr, alpha_ptr, gcum_ptr, r, nb, role - 1, R, W, HV, T_CAP, step, TF)
+    else:
+        _order_and_lists(par_ptr, anc_prev_ptr, anc_next_ptr, rank_prev_ptr, rank_ptr, order_ptr, scratch_ptr,
+                         ent_ptr, cnt_ptr, g_ptr, alpha_ptr, gcum_ptr, tile, r, lane, nb, R, W, HV, T_CAP, step,
+                         MAXE, WP, BB, TC, HVP, FIRST, LB, NC, PDL)
+
+
+@triton.jit
+def _order_and_lists(par_ptr, anc_prev_ptr, anc_next_ptr, rank_prev_ptr, rank_ptr, order_ptr, scratch_ptr, ent_ptr,
+                     cnt_ptr, g_ptr, alpha_ptr, gcum_ptr, tile, r, lane, nb, R, W, HV, T_CAP, step, MAXE,
+                     WP: tl.constexpr, BB: tl.constexpr, TC: tl.constexpr, HVP: tl.constexpr, FIRST: tl.constexpr,
+                     LB: tl.constexpr, NC: tl.constexpr, PDL: tl.constexpr):
+    """`onela_tree_lists_kernel`'s programs (tile, 0)."""
     p = tl.arange(0, WP)
     in_w = p < W
     hvs = tl.arange(0, HVP)
@@ -111,14 +139,10 @@ def onela_tree_lists_kernel(par_ptr, anc, rank_prev_ptr, rank_ptr, order_ptr, sc
     par_w = tl.load(par_ptr + r * W + p, mask=in_w, other=0)
     if PDL:
         tl_cuda.gdc_wait()       # the previous launch (and, through its own wait, every earlier one) is done
-    TA: tl.constexpr = TF if FIRST else TC
-    cols = tl.arange(0, TA)
+    cols = tl.arange(0, TC)
     live = (cols < step)[None, :] & (nb < W)[:, None]
     slot = _chain_of(anc_prev_ptr, r, W, T_CAP, par[:, None], cols[None, :], step, live)
-    if FIRST:
-        a = tl.load(alpha_ptr + record_row(cols[None, None, :], r, hvs[None, :, None], slot[:, None, :], R, HV, W),
-                    mask=live[:, None, :] & (hvs < HV)[None, :, None], other=1.0)
-    else:
+    if not FIRST:
         gprev = tl.load(gcum_ptr + record_row(step - 1, r, hvs[None, :], par[:, None], R, HV, W), mask=gmask,
                         other=0.0)
     scr = scratch_ptr + tile.to(tl.int64) * WP
@@ -145,23 +169,15 @@ def onela_tree_lists_kernel(par_ptr, anc, rank_prev_ptr, rank_ptr, order_ptr, sc
     # the per-beam records: the first chunk from the loads above, then any further chunks
     tl.store(anc_next_ptr + (r * W + nb)[:, None] * T_CAP + cols[None, :], slot, mask=live)
     tl.store(alpha_ptr + record_row(step, r, hvs[None, :], nb[:, None], R, HV, W), tl.exp(g), mask=gmask)
-    if FIRST:
-        gprev = _gate_chunk(alpha_ptr, gcum_ptr, tl.zeros([BB, HVP], dtype=tl.float32), a,
-                            record_row(cols[None, None, :], r, hvs[None, :, None], slot[:, None, :], R, HV, W),
-                            live[:, None, :] & (hvs < HV)[None, :, None], cols, tl.minimum(step, TA) - 1)
-    d0 = TA
+    if not FIRST:
+        tl.store(gcum_ptr + record_row(step, r, hvs[None, :], nb[:, None], R, HV, W), gprev + g, mask=gmask)
+    d0 = TC
     while d0 < step:             # a while loop: the interpreter takes no range over a run-time bound
-        cols_d = d0 + tl.arange(0, TA)
+        cols_d = d0 + tl.arange(0, TC)
         live_d = (cols_d < step)[None, :] & (nb < W)[:, None]
         slot_d = _chain_of(anc_prev_ptr, r, W, T_CAP, par[:, None], cols_d[None, :], step, live_d)
         tl.store(anc_next_ptr + (r * W + nb)[:, None] * T_CAP + cols_d[None, :], slot_d, mask=live_d)
-        if FIRST:
-            rows_d = record_row(cols_d[None, None, :], r, hvs[None, :, None], slot_d[:, None, :], R, HV, W)
-            live3_d = live_d[:, None, :] & (hvs < HV)[None, :, None]
-            gprev = _gate_chunk(alpha_ptr, gcum_ptr, gprev, tl.load(alpha_ptr + rows_d, mask=live3_d, other=1.0),
-                                rows_d, live3_d, cols_d, tl.minimum(step, d0 + TA) - 1)
-        d0 += TA
-    tl.store(gcum_ptr + record_row(step, r, hvs[None, :], nb[:, None], R, HV, W), gprev + g, mask=gmask)
+        d0 += TC
     tl.debug_barrier()
     pos = nb
     beam = tl.load(scr + pos)
