@@ -13,7 +13,8 @@ def test_step_kernel_medians_names_each_kernel_by_step_and_role():
 
 
 @pytest.mark.parametrize("argv,msg", [(["--O", "1"], "--O must be >= 2"), (["--config", "{x"], "is not JSON"),
-                                      (["--config", '{"tiles": 1}'], "unknown launch config key(s) ['tiles']")])
+                                      (["--config", '{"tiles": 1}'], "unknown launch config key(s) ['tiles']"),
+                                      (["--graph", "-1"], "--graph must be >= 0")])
 def test_step_profile_refuses_bad_arguments_naming_them(argv, msg, capsys):
     with pytest.raises(SystemExit):
         parse_args(argv)

@@ -7,7 +7,10 @@ plan's (`kernels.onela.plan.step_launches`: "ws", "prep", "prep_pipe", "main"), 
 decode is named by its step and role. Writes DIR/step_profile.csv (one row per step and kernel: the median over
 the decodes, microseconds) beside an env record, and prints the per-step totals. The kernels run
 back to back in eager mode, so a step's total is the sum of its kernels' times, without the launch gaps a CUDA
-graph also removes; `sweeps.suites.beam_scaling` times the steps as graphs.
+graph also removes. `--graph N` also times each step as its own CUDA graph, as `sweeps.suites.beam_scaling` does
+(`artifact.measure.check_and_time_steps`: gated again, N decodes, L2 flushed before step 0), into
+DIR/step_graph.csv (median and 20th / 80th percentiles, microseconds): the step's latency with its launches'
+gaps and overlaps (programmatic dependent launch) included.
 """
 from __future__ import annotations
 
@@ -23,12 +26,12 @@ from pathlib import Path
 import torch
 
 from artifact.limits import DEFAULT_TOLERANCE
-from artifact.measure import max_abs_err
+from artifact.measure import check_and_time_steps, max_abs_err
 from artifact.reference import fullstate_decode
 from artifact.env_record import write_env
 from artifact.results import git_commit, new_run_id
 from artifact.workload import GEOMETRIES, KNOWN_LINEAGES, make_workload
-from kernels.onela import CONFIG_KEYS, OneLAStepper
+from kernels.onela import CONFIG_KEYS, OneLAPath, OneLAStepper
 from kernels.onela.plan import step_launches
 from tools import launch_config_arg
 
@@ -45,8 +48,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     ap.add_argument("--reps", type=int, default=5, help="profiled decodes (the median is kept)")
     ap.add_argument("--config", type=launch_config_arg, default={},
                     help=f"launch config override, JSON (keys {', '.join(CONFIG_KEYS)})")
+    ap.add_argument("--graph", type=int, default=0, metavar="N",
+                    help="also time each step as its own CUDA graph over N decodes (step_graph.csv); 0: not")
     args = ap.parse_args(argv)
-    for name, value, low in (("--R", args.R, 1), ("--W", args.W, 1), ("--O", args.O, 2), ("--reps", args.reps, 1)):
+    for name, value, low in (("--R", args.R, 1), ("--W", args.W, 1), ("--O", args.O, 2), ("--reps", args.reps, 1),
+                             ("--graph", args.graph, 0)):
         if value < low:
             ap.error(f"{name} must be >= {low}, got {value}")
     return args
@@ -120,7 +126,41 @@ def main(argv=None) -> int:
         totals[t] += us
     print("step total_us " + " ".join(f"{t}:{totals[t]:.1f}" for t in sorted(totals)))
     print("kernels (registers, spilled 4-byte registers):", st.kernel_info)
-    return 0 if err <= DEFAULT_TOLERANCE else 1
+    ok = err <= DEFAULT_TOLERANCE
+    if args.graph and ok:
+        ok = _graph_steps(args, wl, run_id, dest)
+    return 0 if ok else 1
+
+
+class _ConfiguredOneLA(OneLAPath):
+    """The `onela` path under a launch config override (step_profile's --config)."""
+
+    def __init__(self, config: dict):
+        self.config = config
+
+    def make_stepper(self, wl):
+        return OneLAStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, config=self.config or None)
+
+
+def _graph_steps(args, wl, run_id: str, dest: Path) -> bool:
+    """--graph: each step as its own CUDA graph (module docstring); rows into step_graph.csv. Whether it passed."""
+    res = check_and_time_steps(_ConfiguredOneLA(args.config), wl, fullstate_decode(wl), repeats=args.graph)
+    if res.status != "ok":
+        print(f"graph steps {res.status}: {res.reason}", file=sys.stderr)
+        return False
+    with open(dest / "step_graph.csv", "a", newline="") as f:
+        w = csv.writer(f)
+        if f.tell() == 0:
+            w.writerow(["run_id", "git_commit", "geometry", "R", "W", "O", "lineage", "config", "step", "median_us",
+                        "p20_us", "p80_us", "decodes", "timer"])
+        for t, s in enumerate(res.steps):
+            w.writerow([run_id, git_commit(), args.geometry, args.R, args.W, args.O, args.lineage,
+                        json.dumps(args.config, sort_keys=True), t, f"{s.median_ms * 1e3:.2f}",
+                        f"{s.p20_ms * 1e3:.2f}", f"{s.p80_ms * 1e3:.2f}", args.graph, s.timer])
+    total = sum(s.median_ms for s in res.steps) * 1e3
+    print(f"graph step_us (sum {total:.1f}) " + " ".join(f"{t}:{s.median_ms * 1e3:.1f}"
+                                                        for t, s in enumerate(res.steps)))
+    return True
 
 
 if __name__ == "__main__":
