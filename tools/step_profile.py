@@ -31,9 +31,10 @@ from artifact.reference import fullstate_decode
 from artifact.env_record import write_env
 from artifact.results import git_commit, new_run_id
 from artifact.workload import GEOMETRIES, KNOWN_LINEAGES, make_workload
-from kernels.onela import CONFIG_KEYS, OneLAPath, OneLAStepper
+from kernels.onela import CONFIG_KEYS, OneLAStepper
 from kernels.onela.plan import step_launches
 from tools import launch_config_arg
+from tools.bench import ConfiguredOneLA
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -98,7 +99,8 @@ def main(argv=None) -> int:
             st.step(t, wl.q[t], wl.k[t], wl.v[t], wl.g[t], wl.beta[t], wl.parents[t], out[t])
 
     decode()
-    err = max_abs_err(out, fullstate_decode(wl))
+    ref = fullstate_decode(wl)
+    err = max_abs_err(out, ref)
     print(f"{args.geometry} R={args.R} W={args.W} O={args.O} {args.config or ''}: max |o - o_fp32| {err:.3e}",
           flush=True)
     from torch.profiler import ProfilerActivity, profile
@@ -128,23 +130,14 @@ def main(argv=None) -> int:
     print("kernels (registers, spilled 4-byte registers):", st.kernel_info)
     ok = err <= DEFAULT_TOLERANCE
     if args.graph and ok:
-        ok = _graph_steps(args, wl, run_id, dest)
+        ok = _graph_steps(args, wl, ref, run_id, dest)
     return 0 if ok else 1
 
 
-class _ConfiguredOneLA(OneLAPath):
-    """The `onela` path under a launch config override (step_profile's --config)."""
-
-    def __init__(self, config: dict):
-        self.config = config
-
-    def make_stepper(self, wl):
-        return OneLAStepper(wl.geometry, wl.R, wl.W, wl.T, wl.device, config=self.config or None)
-
-
-def _graph_steps(args, wl, run_id: str, dest: Path) -> bool:
-    """--graph: each step as its own CUDA graph (module docstring); rows into step_graph.csv. Whether it passed."""
-    res = check_and_time_steps(_ConfiguredOneLA(args.config), wl, fullstate_decode(wl), repeats=args.graph)
+def _graph_steps(args, wl, ref: torch.Tensor, run_id: str, dest: Path) -> bool:
+    """--graph: each step as its own CUDA graph (module docstring), gated against `ref` (FP32 FullState); rows into
+    step_graph.csv. Whether it passed."""
+    res = check_and_time_steps(ConfiguredOneLA(args.config), wl, ref, repeats=args.graph)
     if res.status != "ok":
         print(f"graph steps {res.status}: {res.reason}", file=sys.stderr)
         return False
