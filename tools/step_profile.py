@@ -15,7 +15,6 @@ gaps and overlaps (programmatic dependent launch) included.
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import os
 import statistics
@@ -29,7 +28,7 @@ from artifact.limits import DEFAULT_TOLERANCE
 from artifact.measure import check_and_time_steps, max_abs_err
 from artifact.reference import fullstate_decode
 from artifact.env_record import write_env
-from artifact.results import git_commit, new_run_id
+from artifact.results import append_csv, git_commit, new_run_id
 from artifact.workload import GEOMETRIES, KNOWN_LINEAGES, make_workload
 from kernels.onela import CONFIG_KEYS, OneLAStepper
 from kernels.onela.plan import step_launches
@@ -115,14 +114,9 @@ def main(argv=None) -> int:
     dest = Path(args.out)
     write_env(dest / "env" / f"{run_id}.json", {"run_id": run_id, "suite": "step_profile",
                                                 "command": " ".join(sys.argv), "max_abs_err": err})
-    with open(dest / "step_profile.csv", "a", newline="") as f:
-        w = csv.writer(f)
-        if f.tell() == 0:
-            w.writerow(["run_id", "git_commit", "geometry", "R", "W", "O", "lineage", "config", "step", "kernel",
-                        "median_us"])
-        for (t, name), us in sorted(medians.items()):
-            w.writerow([run_id, git_commit(), args.geometry, args.R, args.W, args.O, args.lineage,
-                        json.dumps(args.config, sort_keys=True), t, name, f"{us:.2f}"])
+    append_csv(dest / "step_profile.csv", _RUN_COLUMNS + ["step", "kernel", "median_us"],
+               [{**_run_fields(args, run_id), "step": t, "kernel": name, "median_us": f"{us:.2f}"}
+                for (t, name), us in sorted(medians.items())])
     totals = defaultdict(float)
     for (t, name), us in medians.items():
         totals[t] += us
@@ -134,6 +128,15 @@ def main(argv=None) -> int:
     return 0 if ok else 1
 
 
+_RUN_COLUMNS = ["run_id", "git_commit", "geometry", "R", "W", "O", "lineage", "config"]
+
+
+def _run_fields(args, run_id: str) -> dict:
+    """The columns every row of this run's tables shares (_RUN_COLUMNS)."""
+    return {"run_id": run_id, "git_commit": git_commit(), "geometry": args.geometry, "R": args.R, "W": args.W,
+            "O": args.O, "lineage": args.lineage, "config": json.dumps(args.config, sort_keys=True)}
+
+
 def _graph_steps(args, wl, ref: torch.Tensor, run_id: str, dest: Path) -> bool:
     """--graph: each step as its own CUDA graph (module docstring), gated against `ref` (FP32 FullState); rows into
     step_graph.csv. Whether it passed."""
@@ -141,15 +144,10 @@ def _graph_steps(args, wl, ref: torch.Tensor, run_id: str, dest: Path) -> bool:
     if res.status != "ok":
         print(f"graph steps {res.status}: {res.reason}", file=sys.stderr)
         return False
-    with open(dest / "step_graph.csv", "a", newline="") as f:
-        w = csv.writer(f)
-        if f.tell() == 0:
-            w.writerow(["run_id", "git_commit", "geometry", "R", "W", "O", "lineage", "config", "step", "median_us",
-                        "p20_us", "p80_us", "decodes", "timer"])
-        for t, s in enumerate(res.steps):
-            w.writerow([run_id, git_commit(), args.geometry, args.R, args.W, args.O, args.lineage,
-                        json.dumps(args.config, sort_keys=True), t, f"{s.median_ms * 1e3:.2f}",
-                        f"{s.p20_ms * 1e3:.2f}", f"{s.p80_ms * 1e3:.2f}", args.graph, s.timer])
+    append_csv(dest / "step_graph.csv", _RUN_COLUMNS + ["step", "median_us", "p20_us", "p80_us", "decodes", "timer"],
+               [{**_run_fields(args, run_id), "step": t, "median_us": f"{s.median_ms * 1e3:.2f}",
+                 "p20_us": f"{s.p20_ms * 1e3:.2f}", "p80_us": f"{s.p80_ms * 1e3:.2f}", "decodes": args.graph,
+                 "timer": s.timer} for t, s in enumerate(res.steps)])
     total = sum(s.median_ms for s in res.steps) * 1e3
     print(f"graph step_us (sum {total:.1f}) " + " ".join(f"{t}:{s.median_ms * 1e3:.1f}"
                                                         for t, s in enumerate(res.steps)))
