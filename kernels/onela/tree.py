@@ -284,10 +284,20 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
     sq_r, sq_w, sq_h = sq
     sv_r, sv_w, sv_h = sv
     dims = (R, W, HV, HK)
+    # each tile's order and list length are loaded a tile ahead, so a tile's q / k rows wait on no earlier load
+    tile = pid_b * ITERS
+    beam_next = tl.load(order_ptr + r * W + tile * BB + lane)
+    beam4_next = tl.load(order_ptr + r * W + tile * BB + lane4)
+    n_next = tl.load(cnt_ptr + r * (W // BB) + tile)
     for it in tl.range(0, ITERS, num_stages=1):
         tile = pid_b * ITERS + it
-        beam = tl.load(order_ptr + r * W + tile * BB + lane)
-        beam4 = tl.load(order_ptr + r * W + tile * BB + lane4)
+        beam = beam_next
+        beam4 = beam4_next
+        n = n_next
+        nt = pid_b * ITERS + tl.minimum(it + 1, ITERS - 1)
+        beam_next = tl.load(order_ptr + r * W + nt * BB + lane)
+        beam4_next = tl.load(order_ptr + r * W + nt * BB + lane4)
+        n_next = tl.load(cnt_ptr + r * (W // BB) + nt)
         qk_row = (r * sq_r + beam * sq_w + hk * sq_h).to(tl.int64)
         x = _qk_load(q_ptr, k_ptr, qk_row, offs_k, lane < BB)
         inv_q, inv_k, kq_t = _norms(x[0].to(tl.float32), x[1].to(tl.float32), K)
@@ -313,7 +323,6 @@ def onela_tree_step_kernel(beams, s_ptr, gtr, tree, out_ptr, R, W, HV, HK, MAXE,
             acc += _mm(xr, s_t, UPCAST)
         acc = acc * tl.where(lo4, 0.0, tl.exp(gb4))[:, None]
         rt = r * (W // BB) + tile
-        n = tl.load(cnt_ptr + rt)
         ent = ent_ptr + rt.to(tl.int64) * MAXE * 4
         if STAGES == 0:
             c = 0
