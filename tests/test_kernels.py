@@ -621,6 +621,33 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
         assert ((a - b).abs() <= 2 ** -6 * b.abs() + 1e-4 * b.abs().max()).all(), a.shape
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("name,R,W,T,lineage", [("qwen3_5_0_8b", 4, 512, 12, "model"),
+                                                ("qwen3_5_0_8b", 1, 64, 40, "beam"),
+                                                ("qwen3_5_9b", 2, 192, 11, "reversed")])
+def test_gpu_tree_ws_kernel_matches_the_triton_route(name, R, W, T, lineage):
+    """The route's warp-specialised step kernel (kernels/onela/tree_ws.py: 32-position tiles, loads by a producer
+    warp ahead of the consumer's wgmmas) passes the FP32 FullState gate and gives the Triton route's outputs within
+    its same-math bound, the same ancestry and order, k-hat_t and delta_t within bf16 rounding, and replays its
+    captured graph (PDL launches) bit for bit. Eight tiles a program across both pairs (R = 4, W = 512, the
+    recorded lineage), one tile a program to step 39 (W = 64: the second pair idle), G = 2 and two tiles a program
+    of six a request (W = 192)."""
+    wl = make_workload(name, R, W, T, lineage=lineage, seed=7, device="cuda")
+    ref = fullstate_decode(wl)
+    base, base_out = _graph_replays({"ws": False}, wl, 1)       # the Triton kernels, the Triton route
+    st, replays = _graph_replays(None, wl, 4)
+    assert {"tree_lists", "tree_ws"} <= set(st.kernel_info) and "tree_step" not in st.kernel_info, st.kernel_info
+    assert max_abs_err(replays[0], ref) <= DEFAULT_TOLERANCE
+    for o in replays[1:]:
+        assert torch.equal(o, replays[0])
+    o, b = replays[0].float(), base_out[0].float()
+    assert (o - b).abs().max().item() <= 2e-3 * b.abs().max().item()
+    assert torch.equal(st.anc, base.anc) and torch.equal(st.tree.order, base.tree.order)
+    for a, b in zip(st.store.tensors(), base.store.tensors()):
+        a, b = a.float(), b.float()
+        assert ((a - b).abs() <= 2 ** -6 * b.abs() + 1e-3 * b.abs().max()).all(), a.shape
+
+
 def _as_conv_split(q, k, v):
     """q, k, v [R, W, H, D] as the model hands them over: views into one [R, W, HK*K + HK*K + HV*V] conv output."""
     mixed = torch.cat([q.flatten(-2), k.flatten(-2), v.flatten(-2)], dim=-1)
@@ -644,11 +671,16 @@ def test_ws_runs_the_whole_step_in_one_launch_except_deep_steps_of_wide_groups()
                                  ("range_k256_v256", range(8)), ("range_hk4_hv16", (0, 1))):
         geo = GEOMETRIES[geometry]
         cfg = launch_config(geo.k, geo.v, 512, 4, geo.hv, 132, geo.group)
-        tree = ["tree_lists", "tree_step"]
+        # the record-major route, its step kernel warp-specialised at K = V = 128 (32-position tiles)
+        tree = ["tree_lists", "tree_ws" if (geo.k, geo.v) == (128, 128) else "tree_step"]
         for t in list(range(10)) + [31]:        # past step 7 the one-launch kernel's shared memory would not fit
             launches = step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=True)
             if cfg["tree"] and t >= RECORDS_FROM_STEP:      # K, V <= 128: the record-major route
                 assert sorted(launches) == tree, (geometry, t)
+                assert launches["tree_lists"][1]["BB"] == (32 if "tree_ws" in launches else 16)
+                if "tree_ws" in launches:
+                    assert launches["tree_ws"][0] == (2, 4 * geo.hv) and launches["tree_ws"][1]["ITERS"] == 8
+                    assert "tree_ws" not in step_launches(cfg, geo, 4, 512, t, interpret=False, ws_ok=False)
                 continue
             prep = "prep_pipe" if t >= 8 or t * geo.group > 20 else "prep"
             if t not in one_launch and geo.k == 128 and t > 5:     # K = 128 after the prep kernel: Triton main

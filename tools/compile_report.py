@@ -98,7 +98,7 @@ def compile_kernel(name: str, const: dict, opts: dict) -> dict:
             if (arg,) not in _NOT_DIV16:
                 attrs[(i,)] = [["tt.divisibility", 16]]
     options = {k: v for k, v in opts.items() if k in ("num_warps", "num_stages", "maxnreg")}
-    source = GluonASTSource if name == "ws" else ASTSource
+    source = GluonASTSource if getattr(fn, "is_gluon", lambda: False)() else ASTSource
     ck = triton.compile(source(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=options)
     cubin = ck.asm["cubin"]
     usage = _cuobjdump(cubin, "--dump-resource-usage")

@@ -15,12 +15,14 @@ from kernels.onela.op import OneLA
 from kernels.onela.plan import CONFIG_KEYS, launch_config, step_launches
 from kernels.onela.stepper import OneLAPath, OneLAStepper
 from kernels.onela.tree import onela_tree_lists_kernel, onela_tree_step_kernel
+from kernels.onela.tree_ws import onela_tree_ws_kernel
 from kernels.onela.triton_kernels import onela_main_kernel, onela_prep_kernel, onela_prep_pipe_kernel
 from kernels.onela.ws import onela_ws_kernel, ws_layout_supports, ws_shape_supports
 
 # Kernel name in a launch plan -> its JIT function (what `tools.compile_report` compiles).
 KERNELS = {"prep": onela_prep_kernel, "prep_pipe": onela_prep_pipe_kernel, "main": onela_main_kernel,
-           "ws": onela_ws_kernel, "tree_lists": onela_tree_lists_kernel, "tree_step": onela_tree_step_kernel}
+           "ws": onela_ws_kernel, "tree_lists": onela_tree_lists_kernel, "tree_step": onela_tree_step_kernel,
+           "tree_ws": onela_tree_ws_kernel}
 
 __all__ = ["OneLA", "onela_naive", "OneLAStepper", "OneLAPath", "launch_config", "step_launches", "CONFIG_KEYS",
            "KERNELS", "ws_shape_supports", "ws_layout_supports"]

@@ -11,6 +11,7 @@ import os
 import triton
 
 from artifact.limits import CUDA_GRID_YZ_MAX
+from kernels.onela.tree_ws import TREE_WS_BEAMS, tree_ws_launch_params, tree_ws_supports
 from kernels.onela.ws import WS_HEAD_DIMS, WS_VALUE_DIMS, ws_fuses_step, ws_launch_params, ws_runs_step
 
 _INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
@@ -140,7 +141,8 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
     run-time argument) from step _PIPE_FROM_STEP on and where `prep_is_deep`."""
     pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
     if cfg["tree"] and t >= RECORDS_FROM_STEP:
-        return _tree_launches(geo, R, W, t, qk_bf16, pdl, interpret, n_sm)
+        ws = ws_ok and cfg["ws"] and not interpret and tree_ws_supports(geo, W)
+        return _tree_launches(geo, R, W, t, qk_bf16, pdl, interpret, n_sm, ws)
     if ws_ok and cfg["ws"] and not interpret and ws_runs_step(geo, t):     # the interpreter runs no Gluon
         fuse = ws_fuses_step(geo, t)
         grid, const, opts = ws_launch_params(geo, R, W, t, fuse, n_sm)
@@ -164,18 +166,24 @@ def tree_route_supports(K: int, V: int, W: int) -> bool:
     return K <= 128 and V <= 128 and pow2(K) and pow2(V) and W % _TREE_BEAMS == 0 and W <= _TREE_MAX_W
 
 
-def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpret: bool, n_sm: int) -> dict:
-    """Step t's record-major launches: "tree_lists", "tree_step" (each tile loop of the step kernel as long as about
-    two programs per SM remain, as the main kernel's beam_iters), both with programmatic dependent launch where
-    `pdl`."""
+def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpret: bool, n_sm: int,
+                   ws: bool) -> dict:
+    """Step t's record-major launches: "tree_lists", then "tree_ws" where `ws` (the warp-specialised step kernel,
+    `kernels/onela/tree_ws.py`, on tiles of TREE_WS_BEAMS positions) else "tree_step" (the Triton step kernel,
+    each tile loop as long as about two programs per SM remain, as the main kernel's beam_iters), all with
+    programmatic dependent launch where `pdl`."""
     first = t == RECORDS_FROM_STEP
+    bb = TREE_WS_BEAMS if ws else _TREE_BEAMS
     wp = triton.next_power_of_2(W)
     lb = max(1, wp.bit_length() - 1)
     tf = min(_TREE_DEPTHS, triton.next_power_of_2(t)) if first else 1
-    lists = ((R * W // _TREE_BEAMS, 1 + geo.hv if first else 1),      # first: a program per value head's gates
-             dict(WP=wp, BB=_TREE_BEAMS, TC=_TREE_DEPTHS, TF=tf,
+    lists = ((R * W // bb, 1 + geo.hv if first else 1),      # first: a program per value head's gates
+             dict(WP=wp, BB=bb, TC=_TREE_DEPTHS, TF=tf,
                   HVP=triton.next_power_of_2(geo.hv), FIRST=first, LB=lb, NC=(62 - lb) // lb, PDL=int(bool(pdl))),
              {"num_warps": _TREE_WARPS, "launch_pdl": bool(pdl)})
+    if ws:
+        grid, const, opts = tree_ws_launch_params(geo, R, W, n_sm)
+        return {"tree_lists": lists, "tree_ws": (grid, const, {**opts, "launch_pdl": bool(pdl)})}
     tiles = W // _TREE_BEAMS
     most = min(_TREE_MAX_ITERS, tiles & -tiles)       # a power of two that divides a request's tiles
     iters = _tiles_per_program(R * geo.hv * tiles, most, n_sm)

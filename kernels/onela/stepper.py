@@ -86,7 +86,7 @@ class OneLAStepper(Stepper):
         elif "prep_pipe" in launches:
             grid, const, opts = launches["prep_pipe"]
             self._note_kernel("prep_pipe", onela_prep_pipe_kernel[grid](*prep_args, t, **const, **opts))
-        if "tree_step" in launches:
+        if "tree_lists" in launches:
             self.tree.launch(self, t, launches, (q, k, v, g, beta, parents), out)
             return out
         if "ws" in launches:

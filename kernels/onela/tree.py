@@ -34,6 +34,7 @@ from triton.language.extra import cuda as tl_cuda
 from kernels.onela.records import record_row
 from kernels.onela.plan import _TREE_BEAMS
 from kernels.onela.triton_kernels import _mm, _norms, _qk_load
+from kernels.onela.tree_ws import launch_tree_ws
 
 
 @triton.jit
@@ -367,14 +368,18 @@ class TreeState:
         return (self.gcum.numel() + self.rank.numel()) * 4
 
     def launch(self, st, t: int, launches: dict, ins: tuple, out):
-        """Step t's launches for OneLAStepper `st`: "tree_lists", "tree_step". ins = (q, k, v, g, beta, parents)."""
+        """Step t's launches for OneLAStepper `st`: "tree_lists", then "tree_step" or "tree_ws" (on tiles of the
+        lists' BB). ins = (q, k, v, g, beta, parents)."""
         q, k, v, g, beta, parents = ins
         geo, R, W = st.geometry, st.R, st.W
         grid, const, opts = launches["tree_lists"]
         st._note_kernel("tree_lists", onela_tree_lists_kernel[grid](
             parents, (st.anc[(t - 1) % 2], st.anc[t % 2]), self.rank[(t - 1) % 2], self.rank[t % 2], self.order,
             self.scratch, self.ent, self.cnt, (g, st.store.alpha, self.gcum), R, W, geo.hv, st.T, t,
-            self.ent.shape[1], **const, **opts))
+            const["BB"] * st.T, **const, **opts))
+        if "tree_ws" in launches:
+            st._note_kernel("tree_ws", launch_tree_ws(st, self, t, launches["tree_ws"], ins, out))
+            return
         grid, const, opts = launches["tree_step"]
         st._note_kernel("tree_step", onela_tree_step_kernel[grid](
             (q, k, v, beta), st.s_ctx, (st.store.khat, st.store.delta, self.gcum), (self.order, self.ent, self.cnt),
