@@ -36,7 +36,7 @@ _CH = 32                # records a chunk
 _NR = 2                 # ring entries per pair (the shared memory of two pairs: 211 KB at NR = 2)
 _NPAIR = gl.constexpr(2)    # consumer / producer pairs a program
 _MAX_ITERS = 8          # tiles a program, at most
-_MAXNREG = 200          # 200 x 10 warps fills one SM's register file
+_MAXNREG = 168          # 168 x 12 warps (10 rounded up to warpgroups) fills one SM's register file
 _CONSUMER_REGS = gl.constexpr(_MAXNREG)
 _PRODUCER_REGS = gl.constexpr(96)
 
