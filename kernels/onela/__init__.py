@@ -7,8 +7,8 @@
 - `onela_generate` (transformers.py, imported on its own: it needs transformers): transformers' own beam search
   with the GDN decode through `OneLA`.
 - the kernels: `triton_kernels.py` (prep, pipelined deep-step prep + main, Triton), `ws.py` (warp-specialised,
-  Gluon, Hopper), `tree.py` (the deep steps' record-major replay in tree order), `records.py` (the record layout
-  every kernel indexes).
+  Gluon, Hopper), `tree.py` (the deep steps' record-major replay in tree order), `tree_ws.py` (its step kernel
+  warp-specialised, Gluon, Hopper), `records.py` (the record layout every kernel indexes).
 """
 from kernels.onela.naive import onela_naive
 from kernels.onela.op import OneLA

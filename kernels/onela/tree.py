@@ -20,7 +20,8 @@ the beam at this step, kept per record in the stepper's `gcum`) runs record-majo
   zeroed outside each record's run and decayed, and u += C @ delta on the tensor cores (C as bf16 hi + lo
   planes, kept in registers as that product's A operand) -- then delta_t and o_t as the main kernel forms them.
   Its programs of a key head's first value head also store the beams' k-hat_t (the q, k rows and norms are
-  loaded there anyway). A step on the route is these two launches.
+  loaded there anyway). A step on the route is these two launches; on Hopper at K = V = 128 with bf16 rows the
+  step kernel is `kernels/onela/tree_ws.py`'s warp-specialised one instead, after the lists at 32-position tiles.
 The products spend tensor-core FLOPs on pairs the mask zeroes; what they buy is one gather per distinct record
 per tile. Why: kernels/NOTES.md, "Record-major replay".
 """
