@@ -78,18 +78,15 @@ def _producer(p: gl.constexpr, bufs, bars, beams, gtr, tree, dims, sq, sv, step,
     cv = gl.arange(0, CH, layout=vec_l)
     cnt = pid_b * 0
     j = pid_b * 0
-    # each tile's order row and list length are loaded a tile ahead, each chunk's entries a chunk ahead, so the
-    # copies of a chunk wait on no load of their own
-    nxt = _tile_loads(order_ptr, cnt_ptr, r, W, pid_b * ITERS + p, BB, b_rows, bv, pos2, x2v)
     for i in range(p, ITERS, 2):
         tile = pid_b * ITERS + i
         base = r * W + tile * BB
         rt = r * (W // BB) + tile
-        beam2, beam, beam_v, beam2_v, n = nxt
-        nxt = _tile_loads(order_ptr, cnt_ptr, r, W, pid_b * ITERS + gl.minimum(i + 2, ITERS - 1), BB, b_rows, bv,
-                          pos2, x2v)
-        ent = ent_ptr + rt.to(gl.int64) * MAXE * 4
-        fields = _entry_loads(ent, 0, n, c_rows, cv)
+        beam2 = gl.load(order_ptr + base + pos2)
+        beam = gl.load(order_ptr + base + b_rows)
+        beam_v = gl.load(order_ptr + base + bv)
+        beam2_v = gl.load(order_ptr + base + x2v)
+        n = gl.load(cnt_ptr + rt)
         qk_off = (r * sq_r + beam2 * sq_w + hk * sq_h).to(gl.int64)[:, None] + cols[None, :]
         mbarrier.wait(x_empty.index(p), (j & 1) ^ 1)
         async_copy.async_copy_global_to_shared(xs.index(p), gl.where(is_k[:, None], k_ptr + qk_off, q_ptr + qk_off))
@@ -99,11 +96,15 @@ def _producer(p: gl.constexpr, bufs, bars, beams, gtr, tree, dims, sq, sv, step,
         async_copy.async_copy_global_to_shared(tbeta.index(p), beta_ptr + (r * W + beam_v) * HV + hv)
         async_copy.async_copy_global_to_shared(tbeam.index(p), order_ptr + base + bv)
         async_copy.mbarrier_arrive(x_ready.index(p), increment_count=False)
+        ent = ent_ptr + rt.to(gl.int64) * MAXE * 4
         for c in range(0, n, CH):
             e = p * NR + cnt % NR
-            depth, slot, depth_v, slot_v = fields
-            fields = _entry_loads(ent, c + CH, n, c_rows, cv)
+            live = c + c_rows < n
             live_v = c + cv < n
+            depth = gl.load(ent + (c + c_rows) * 4, mask=live, other=0)
+            slot = gl.load(ent + (c + c_rows) * 4 + 1, mask=live, other=0)
+            depth_v = gl.load(ent + (c + cv) * 4, mask=live_v, other=0)
+            slot_v = gl.load(ent + (c + cv) * 4 + 1, mask=live_v, other=0)
             krow = record_row(depth, r, hk, slot, R, HK, W).to(gl.int64)
             vrow = record_row(depth, r, hv, slot, R, HV, W).to(gl.int64)
             mbarrier.wait(r_empty.index(e), ((cnt // NR) & 1) ^ 1)
@@ -116,25 +117,6 @@ def _producer(p: gl.constexpr, bufs, bars, beams, gtr, tree, dims, sq, sv, step,
             async_copy.mbarrier_arrive(r_ready.index(e), increment_count=False)
             cnt += 1
         j += 1
-
-
-@gluon.jit
-def _tile_loads(order_ptr, cnt_ptr, r, W, tile, BB: gl.constexpr, b_rows, bv, pos2, x2v):
-    """Tile `tile`'s beams in tree order -- as the q / k operand's rows (pos2), as v's rows (b_rows) and as vectors
-    (bv, x2v) -- and its list length."""
-    base = r * W + tile * BB
-    return (gl.load(order_ptr + base + pos2), gl.load(order_ptr + base + b_rows), gl.load(order_ptr + base + bv),
-            gl.load(order_ptr + base + x2v), gl.load(cnt_ptr + r * (W // BB) + tile))
-
-
-@gluon.jit
-def _entry_loads(ent, c, n, c_rows, cv):
-    """The depth and slot of list entries [c, c + CH) (zeros past n), as the copies' rows and as vectors."""
-    live = c + c_rows < n
-    live_v = c + cv < n
-    return (gl.load(ent + (c + c_rows) * 4, mask=live, other=0), gl.load(ent + (c + c_rows) * 4 + 1, mask=live,
-                                                                          other=0),
-            gl.load(ent + (c + cv) * 4, mask=live_v, other=0), gl.load(ent + (c + cv) * 4 + 1, mask=live_v, other=0))
 
 
 @gluon.jit
