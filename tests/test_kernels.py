@@ -598,17 +598,22 @@ def test_gpu_ws_kernel_matches_the_triton_kernels(name, R, W, T):
     this is its correctness test. R=4 W=512 gives programs several tiles across a head change; G = 2 and 4 share
     key heads; V = 256 and 512 run each value head as 128-column chunks; K = 256 (range_k256_v256, gdn_1_3b) as two
     128-column key blocks, at R = 1 and 4, W = 64 and 512, down to step 11. T = 40 and 34: from step 8 the
-    pipelined prep kernel, past step 31 the Triton main kernel take over within the decode, within the same
-    gate."""
-    from kernels.onela.plan import prep_is_deep
+    record-major route with its warp-specialised step kernel (K = V = 128), or the pipelined prep kernel and past
+    step 31 the Triton main kernel (K = 256), take over within the decode, within the same gate."""
+    from kernels.onela.plan import RECORDS_FROM_STEP, prep_is_deep
+    from kernels.onela.tree_ws import tree_ws_supports
     from kernels.onela.ws import ws_fuses_step, ws_runs_step
     wl = make_workload(name, R, W, T, lineage="beam", seed=5, device="cuda")
     ref = fullstate_decode(wl)
     base, _ = _graph_replays({"ws": False}, wl, 1)      # the Triton kernels
     st, replays = _graph_replays(None, wl, 4)
+    geo = wl.geometry
+    route = launch_config(geo.k, geo.v, W, R, geo.hv, G=geo.group)["tree"]
     want = {"ws_step"}
     for t in range(T):
-        if not ws_fuses_step(wl.geometry, t):
+        if route and t >= RECORDS_FROM_STEP:      # the record-major route, its step kernel warp-specialised
+            want |= {"tree_lists", "tree_ws" if tree_ws_supports(geo, W) else "tree_step"}
+        elif not ws_fuses_step(wl.geometry, t):
             want |= {"ws_main" if ws_runs_step(wl.geometry, t) else "main",
                      "prep_pipe" if t >= 8 or prep_is_deep(t, wl.geometry.group) else "prep"}
     assert set(st.kernel_info) == want, st.kernel_info
