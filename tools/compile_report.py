@@ -7,9 +7,9 @@ barriers), run-length encoded, and its cp.async waits (how many copy groups each
 a kernel's occupancy and whether its loads overlap; checking them costs no device time. The launch parameters
 come from `kernels.onela.step_launches`, the same function the stepper launches with, and pointer / stride
 arguments are marked 16-divisible as Triton's launcher specialises them for real tensors (without that, loads
-compile unvectorised and the counts are meaningless). Where the warp-specialised Gluon kernel runs it is compiled
-with the parameters of that plan and reported as `ws` (registers: the launch's maxnreg; the partitions' split is
-set inside it). This is a compile report, not a timing.
+compile unvectorised and the counts are meaningless). Where the warp-specialised Gluon kernels run (`ws`, and the
+record-major route's `tree_ws`) they are compiled with the parameters of that plan (registers: the launch's
+maxnreg; the partitions' split is set inside it). This is a compile report, not a timing.
 """
 from __future__ import annotations
 

@@ -160,8 +160,9 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
 def tree_route_supports(K: int, V: int, W: int) -> bool:
     """Whether the record-major route takes a decode's steps from RECORDS_FROM_STEP on: K and V powers of two up
     to 128 (one [_TREE_BEAMS, V] accumulator per projection, the S tile over all of K), W a multiple of its tile
-    and at most _TREE_MAX_W (one program sorts a request's W beams; compiled for sm_90a to 4,096 without
-    spills); other shapes keep the depth loop at every step."""
+    and at most _TREE_MAX_W (one program sorts a request's W beams; compiled for sm_90a to 4,096, where the
+    first step's lists kernel spills 16 bytes at 16-position tiles and 72 at the warp-specialised step kernel's 32);
+    other shapes keep the depth loop at every step."""
     pow2 = lambda x: x & (x - 1) == 0       # noqa: E731
     return K <= 128 and V <= 128 and pow2(K) and pow2(V) and W % _TREE_BEAMS == 0 and W <= _TREE_MAX_W
 
