@@ -33,8 +33,7 @@ from kernels.onela.ws import _desc, _gdc_launch_dependents, _gdc_wait
 TREE_WS_BEAMS = 32      # tree-order positions a tile: q and k rows of 32 beams fill one wgmma M = 64
 TREE_WS_DIMS = (128, 128)   # the (K, V) it takes: one [64, 128] operand per projection
 _CH = 32                # records a chunk
-_NR = 2                 # ring entries per pair (the shared memory of two pairs: 211 KB at NR = 2)
-_NPAIR = gl.constexpr(2)    # consumer / producer pairs a program
+_NR = 2                 # ring entries per pair: the program's shared memory is 216 KB at NR = 2
 _MAX_ITERS = 8          # tiles a program, at most
 _MAXNREG = 168          # 168 x 12 warps (10 rounded up to warpgroups) fills one SM's register file
 _CONSUMER_REGS = gl.constexpr(_MAXNREG)
