@@ -135,15 +135,16 @@ def step_launches(cfg: dict, geo, R: int, W: int, t: int, qk_bf16: bool = True, 
     """Kernel name -> (grid, constexpr arguments, launch options) of step t under launch config `cfg`: "prep" and
     "main" (the Triton kernels; step 0 "main" alone under fuse_step0), or where `ws_ok` (the warp-specialised
     kernel takes this shape and these inputs) "ws" -- alone when it does the whole step, after "prep" otherwise;
-    from RECORDS_FROM_STEP on where cfg["tree"], "tree_lists" and "tree_step" (`kernels/onela/tree.py`).
+    from RECORDS_FROM_STEP on where cfg["tree"], "tree_lists" and "tree_step" (`kernels/onela/tree.py`), or
+    "tree_ws" in its place where `ws_ok` and `tree_ws_supports` (`kernels/onela/tree_ws.py`).
     Steps `ws_runs_step` leaves out (past step 31; at K = 128 past step 5 after the prep kernel) run the Triton
     kernels. The prep launch is "prep" (the one-tile kernel), or "prep_pipe" (the pipelined kernel, the step a
     run-time argument) from step _PIPE_FROM_STEP on and where `prep_is_deep`."""
     pdl = 0 if interpret else int(cfg["pdl"])     # the interpreter runs no inline PTX (griddepcontrol)
+    gluon_ok = ws_ok and cfg["ws"] and not interpret      # the warp-specialised kernels; the interpreter runs no Gluon
     if cfg["tree"] and t >= RECORDS_FROM_STEP:
-        ws = ws_ok and cfg["ws"] and not interpret and tree_ws_supports(geo, W)
-        return _tree_launches(geo, R, W, t, qk_bf16, pdl, interpret, n_sm, ws)
-    if ws_ok and cfg["ws"] and not interpret and ws_runs_step(geo, t):     # the interpreter runs no Gluon
+        return _tree_launches(geo, R, W, t, qk_bf16, pdl, interpret, n_sm, gluon_ok and tree_ws_supports(geo, W))
+    if gluon_ok and ws_runs_step(geo, t):
         fuse = ws_fuses_step(geo, t)
         grid, const, opts = ws_launch_params(geo, R, W, t, fuse, n_sm)
         ws = {"ws": (grid, const, {**opts, "launch_pdl": bool(pdl)})}
