@@ -47,6 +47,11 @@ class OneLA:
     per-step coefficient table: (3 + 2T) R HV W < 2**31; on a GPU, R x HV and W / 64 up to CUDA's grid extent
     of 65,535 (the constructor names a shape past either). Every step is CUDA-graph capturable.
 
+    On Hopper a step's launches use programmatic dependent launch, and its first launch reads the step's inputs
+    (q, k, parents) before it waits on the launch before it. So whatever writes them must not trigger its
+    dependents early (``griddepcontrol.launch_dependents`` before its last write): a plain launch before the step
+    is safe, one that triggers at its start is not (the step then reads q and k half-written).
+
     Example::
 
         >>> import torch

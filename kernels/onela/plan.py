@@ -51,6 +51,7 @@ RECORDS_FROM_STEP = 8
 _TREE_BEAMS = 16
 _TREE_CH = 32
 _TREE_WARPS = 4
+_TREE_WS_LIST_WARPS = 8   # the lists kernel at tree_ws's 32-position tiles (no spill at the first step, 64 regs)
 _TREE_STAGES = 3
 _TREE_DEPTHS = 32
 _TREE_MAX_ITERS = 8
@@ -182,7 +183,7 @@ def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpr
     lists = ((R * W // bb, 1 + geo.hv if first else 1),      # first: a program per value head's gates
              dict(WP=wp, BB=bb, TC=_TREE_DEPTHS, TF=tf,
                   HVP=triton.next_power_of_2(geo.hv), FIRST=first, LB=lb, NC=(62 - lb) // lb, PDL=int(bool(pdl))),
-             {"num_warps": _TREE_WARPS, "launch_pdl": bool(pdl)})
+             {"num_warps": _TREE_WS_LIST_WARPS if ws else _TREE_WARPS, "launch_pdl": bool(pdl)})
     if ws:
         grid, const, opts = tree_ws_launch_params(geo, R, W, n_sm)
         return {"tree_lists": lists, "tree_ws": (grid, const, {**opts, "launch_pdl": bool(pdl)})}
