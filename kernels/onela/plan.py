@@ -163,8 +163,8 @@ def tree_route_supports(K: int, V: int, W: int) -> bool:
     """Whether the record-major route takes a decode's steps from RECORDS_FROM_STEP on: K and V powers of two up
     to 128 (one [_TREE_BEAMS, V] accumulator per projection, the S tile over all of K), W a multiple of its tile
     and at most _TREE_MAX_W (one program sorts a request's W beams; compiled for sm_90a to 4,096, where the
-    first step's lists kernel spills 16 bytes at 16-position tiles and 72 at the warp-specialised step kernel's 32);
-    other shapes keep the depth loop at every step."""
+    first step's lists kernel spills 16 bytes at 16-position tiles and none at the warp-specialised step kernel's
+    32 on 8 warps); other shapes keep the depth loop at every step."""
     pow2 = lambda x: x & (x - 1) == 0       # noqa: E731
     return K <= 128 and V <= 128 and pow2(K) and pow2(V) and W % _TREE_BEAMS == 0 and W <= _TREE_MAX_W
 
@@ -184,11 +184,11 @@ def _tree_launches(geo, R: int, W: int, t: int, qk_bf16: bool, pdl: int, interpr
              dict(WP=wp, BB=bb, TC=_TREE_DEPTHS, TF=tf,
                   HVP=triton.next_power_of_2(geo.hv), FIRST=first, LB=lb, NC=(62 - lb) // lb, PDL=int(bool(pdl))),
              {"num_warps": _TREE_WS_LIST_WARPS if ws else _TREE_WARPS, "launch_pdl": bool(pdl)})
-    if ws:
-        grid, const, opts = tree_ws_launch_params(geo, R, W, n_sm)
-        return {"tree_lists": lists, "tree_ws": (grid, const, {**opts, "launch_pdl": bool(pdl)})}
-    tiles = W // _TREE_BEAMS
+    tiles = W // bb
     most = min(_TREE_MAX_ITERS, tiles & -tiles)       # a power of two that divides a request's tiles
+    if ws:      # one program an SM: its shared memory
+        grid, const, opts = tree_ws_launch_params(geo, R, W, _tiles_per_program(R * geo.hv * tiles, most, n_sm, 1))
+        return {"tree_lists": lists, "tree_ws": (grid, const, {**opts, "launch_pdl": bool(pdl)})}
     iters = _tiles_per_program(R * geo.hv * tiles, most, n_sm)
     step = ((tiles // iters, R * geo.hv),
             dict(K=geo.k, V=geo.v, G=geo.group, BB=_TREE_BEAMS, CH=_TREE_CH, ITERS=iters,
@@ -203,11 +203,11 @@ def _pipe_beams(kp: int) -> int:
     return _PIPE_BEAMS * 128 // max(kp, 128)
 
 
-def _tiles_per_program(tiles: int, most: int, n_sm: int) -> int:
+def _tiles_per_program(tiles: int, most: int, n_sm: int, per_sm: int = 2) -> int:
     """Beam tiles one program runs, sharing its S tile: the largest power of two up to `most` that still leaves
-    about two programs per SM of the `tiles` in the grid."""
+    about `per_sm` programs per SM of the `tiles` in the grid."""
     iters = 1
-    while iters < most and tiles / (2 * iters) >= 0.9 * 2 * n_sm:
+    while iters < most and tiles / (2 * iters) >= 0.9 * per_sm * n_sm:
         iters *= 2
     return iters
 

@@ -374,15 +374,16 @@ class TreeState:
         q, k, v, g, beta, parents = ins
         geo, R, W = st.geometry, st.R, st.W
         grid, const, opts = launches["tree_lists"]
+        maxe = const["BB"] * st.T       # a tile's list entries at most; `ent` holds R W T of them at any BB
         st._note_kernel("tree_lists", onela_tree_lists_kernel[grid](
             parents, (st.anc[(t - 1) % 2], st.anc[t % 2]), self.rank[(t - 1) % 2], self.rank[t % 2], self.order,
             self.scratch, self.ent, self.cnt, (g, st.store.alpha, self.gcum), R, W, geo.hv, st.T, t,
-            const["BB"] * st.T, **const, **opts))
+            maxe, **const, **opts))
         if "tree_ws" in launches:
-            st._note_kernel("tree_ws", launch_tree_ws(st, self, t, launches["tree_ws"], ins, out))
+            st._note_kernel("tree_ws", launch_tree_ws(st, self, t, launches["tree_ws"], ins, out, maxe))
             return
         grid, const, opts = launches["tree_step"]
         st._note_kernel("tree_step", onela_tree_step_kernel[grid](
             (q, k, v, beta), st.s_ctx, (st.store.khat, st.store.delta, self.gcum), (self.order, self.ent, self.cnt),
-            out, R, W, geo.hv, geo.hk, self.ent.shape[1], (q.stride(0), q.stride(1), q.stride(2)),
+            out, R, W, geo.hv, geo.hk, maxe, (q.stride(0), q.stride(1), q.stride(2)),
             (v.stride(0), v.stride(1), v.stride(2)), t, **const, **opts))

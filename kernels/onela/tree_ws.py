@@ -36,7 +36,6 @@ TREE_WS_BEAMS = 32      # tree-order positions a tile: q and k rows of 32 beams 
 TREE_WS_DIMS = (128, 128)   # the (K, V) it takes: one [64, 128] operand per projection
 _CH = 32                # records a chunk
 _NR = 3                 # ring entries per pair: the program's shared memory is 217 KB at NR = 3
-_MAX_ITERS = 8          # tiles a program, at most
 _MAXNREG = 168          # 168 x 12 warps (10 rounded up to warpgroups) fills one SM's register file
 _CONSUMER_REGS = gl.constexpr(_MAXNREG)
 _PRODUCER_REGS = gl.constexpr(96)
@@ -300,21 +299,17 @@ def tree_ws_supports(geo, W: int) -> bool:
     return (geo.k, geo.v) == TREE_WS_DIMS and W % TREE_WS_BEAMS == 0
 
 
-def tree_ws_launch_params(geo, R: int, W: int, n_sm: int) -> tuple[tuple, dict, dict]:
-    """(grid, constexpr arguments, launch options): ITERS the largest power of two up to _MAX_ITERS that divides a
-    request's tiles and leaves about one program per SM (one fits an SM's shared memory)."""
-    tiles = W // TREE_WS_BEAMS
-    iters = 1
-    while iters < _MAX_ITERS and tiles % (2 * iters) == 0 and R * geo.hv * tiles / (2 * iters) >= 0.9 * n_sm:
-        iters *= 2
-    grid = (tiles // iters, R * geo.hv)
+def tree_ws_launch_params(geo, R: int, W: int, iters: int) -> tuple[tuple, dict, dict]:
+    """(grid, constexpr arguments, launch options) at `iters` tiles a program, a power of two dividing a request's
+    tiles (`kernels.onela.plan` picks it for about one program per SM: one fits an SM's shared memory)."""
+    grid = (W // TREE_WS_BEAMS // iters, R * geo.hv)
     const = dict(K=geo.k, V=geo.v, G=geo.group, BB=TREE_WS_BEAMS, CH=_CH, NR=_NR, ITERS=iters)
     return grid, const, {"num_warps": 4, "maxnreg": _MAXNREG}
 
 
-def launch_tree_ws(st, tree_state, t: int, launch, ins: tuple, out):
-    """Step t's warp-specialised step kernel for OneLAStepper `st` (after the lists kernel at BB = TREE_WS_BEAMS).
-    ins = (q, k, v, g, beta, parents)."""
+def launch_tree_ws(st, tree_state, t: int, launch, ins: tuple, out, maxe: int):
+    """Step t's warp-specialised step kernel for OneLAStepper `st` (after the lists kernel at BB = TREE_WS_BEAMS,
+    whose tiles hold at most `maxe` list entries each). ins = (q, k, v, g, beta, parents)."""
     q, k, v, g, beta, parents = ins
     geo, R, W = st.geometry, st.R, st.W
     grid, const, opts = launch
@@ -322,5 +317,5 @@ def launch_tree_ws(st, tree_state, t: int, launch, ins: tuple, out):
     return onela_tree_ws_kernel[grid](
         s_desc, (q, k, v, beta), (st.store.khat, st.store.delta, tree_state.gcum),
         (tree_state.order, tree_state.ent, tree_state.cnt), out,
-        (R, W, geo.hv, geo.hk, TREE_WS_BEAMS * st.T), (q.stride(0), q.stride(1), q.stride(2)),
+        (R, W, geo.hv, geo.hk, maxe), (q.stride(0), q.stride(1), q.stride(2)),
         (v.stride(0), v.stride(1), v.stride(2)), t, **const, **opts)
