@@ -47,7 +47,7 @@ _PIPE_FROM_STEP = 8
 # then the step kernel (_TREE_BEAMS positions a tile, up to _TREE_MAX_ITERS tiles a program sharing its S tile,
 # _TREE_CH records a chunk, _TREE_STAGES chunks in flight). _TREE_DEPTHS: depths per chunk of the lists kernel's
 # loops.
-RECORDS_FROM_STEP = 8
+RECORDS_FROM_STEP = 7
 _TREE_BEAMS = 16
 _TREE_CH = 32
 _TREE_WARPS = 4

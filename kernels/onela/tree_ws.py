@@ -18,7 +18,7 @@ the program's tiles p, p + 2, ...:
   stored with k-hat_t where the tile's key head is first.
 The two pairs keep two tiles' chains in flight on an SM, with the loads of both ahead of them. The rows of the
 [2 BB, *] products are q's BB beams then k's, so one wgmma (M = 64) forms both projections and both coefficient
-blocks. Same math, gate and records as the Triton step kernel; applies where the warp-specialised step-0..7 kernel
+blocks. Same math, gate and records as the Triton step kernel; applies where the warp-specialised one-launch kernel
 does (Hopper, bf16 rows, `kernels.onela.ws`) at K = V = 128. Why: kernels/NOTES.md, "The step kernel
 warp-specialised".
 """
