@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.language.extra import cuda as tl_cuda
 
 from artifact.limits import CUDA_GRID_YZ_MAX
 
@@ -32,6 +33,23 @@ INT32_MAX = 2 ** 31 - 1        # the kernel's offsets are int32: every tensor it
 
 
 @triton.jit
+def _pdl_start(PDL: tl.constexpr):
+    """A kernel's first act under programmatic dependent launch: wait for the launch before it (complete, its
+    writes visible: every load comes after this). No early trigger: the launch after these kernels may read its
+    inputs -- their outputs -- before its own wait (OneLA's step does, `kernels.onela.OneLA`), so it starts as
+    each program exits."""
+    if PDL:
+        tl_cuda.gdc_wait()
+
+
+def _pdl(device) -> bool:
+    """Launch with programmatic dependent launch: on a Hopper (or newer) GPU (under the interpreter the tensors
+    are on the CPU). Inside the decode's CUDA graphs the graph edge into the kernel becomes programmatic, which
+    hides the launch gap before it; the kernel still reads nothing before the previous launch completes."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+@triton.jit
 def _conv_gates_kernel(
     x_ptr, sx_r, sx_w,
     win, win_sr, win_sw, idx, idx_sr, idx_sw,
@@ -41,6 +59,7 @@ def _conv_gates_kernel(
     N, W, C, HV,
     GATHER: tl.constexpr, CARRY: tl.constexpr,
     BN: tl.constexpr, BC: tl.constexpr, BH: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Programs (channel tile, token tile); the last channel column computes the gates.
 
@@ -49,6 +68,7 @@ def _conv_gates_kernel(
     has row stride 0). kept holds CARRY + 1 [N, C] outputs: the newest CARRY window entries as read, then x.
     out, kept [N, C] and gates [2, N, HV] (beta, g) are contiguous.
     """
+    _pdl_start(PDL)
     P: tl.constexpr = len(win)
     pid_c = tl.program_id(0)
     n = tl.program_id(1) * BN + tl.arange(0, BN)
@@ -173,6 +193,7 @@ def conv_gates(x, hist: list, carry: int, conv_w, ba, A_log, dt_bias):
     kept = [torch.empty(R, W, C, dtype=x.dtype, device=x.device) for _ in range(carry + 1)]
     gates = torch.empty(2, R, W, HV, dtype=torch.float32, device=x.device)
     grid = (triton.cdiv(C, BLOCK_C) + 1, token_tiles)
+    pdl = _pdl(x.device)
     _conv_gates_kernel[grid](
         x, x.stride(0), x.stride(1),
         tuple(wins), tuple(t.stride(0) for t in wins), tuple(t.stride(1) for t in wins),
@@ -182,7 +203,7 @@ def conv_gates(x, hist: list, carry: int, conv_w, ba, A_log, dt_bias):
         ba, ba.stride(0), ba.stride(1), A_log, dt_bias, gates,
         N, W, C, HV,
         GATHER=tuple(gather), CARRY=carry, BN=BLOCK_N, BC=BLOCK_C, BH=triton.next_power_of_2(HV),
-        num_warps=NUM_WARPS,
+        PDL=pdl, num_warps=NUM_WARPS, launch_pdl=pdl,
     )
     return out, gates, kept
 
@@ -244,6 +265,7 @@ def _attn_pre_kernel(
     N, W, eps,
     NQ: tl.constexpr, NKV: tl.constexpr, D: tl.constexpr, ROT: tl.constexpr,
     BT: tl.constexpr, BD: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Programs (token tile, head h): h < NQ is a query head, NQ <= h < NQ + NKV a key head, the rest value heads.
 
@@ -255,6 +277,7 @@ def _attn_pre_kernel(
     branch stores through its own pointers (one pointer per branch keeps the stores' 16-byte alignment known to
     the compiler: 128-bit stores).
     """
+    _pdl_start(PDL)
     h = tl.program_id(1)
     n = tl.program_id(0) * BT + tl.arange(0, BT)
     mask_n = n < N
@@ -305,6 +328,7 @@ def attn_pre(q, k, v, q_norm, k_norm, cos, sin, eps: float, k_out, v_out):
     _check_int32(fn, (q, k, v, k_out, v_out), f"R={R} x W={W} x heads x D={D} (or a row stride)")
     out = torch.empty(R, nkv, W * (nq // nkv), D, dtype=dt, device=dev)
     grid = (triton.cdiv(N, QK_TOKENS), nq + 2 * nkv)
+    pdl = _pdl(dev)
     if grid[1] > CUDA_GRID_YZ_MAX:
         raise ValueError(f"{fn}: {nq} + 2 x {nkv} heads exceed the launch grid's y axis ({CUDA_GRID_YZ_MAX})")
     _attn_pre_kernel[grid](
@@ -313,7 +337,7 @@ def attn_pre(q, k, v, q_norm, k_norm, cos, sin, eps: float, k_out, v_out):
         out, k_out, *k_out.stride()[:3], v_out, *v_out.stride()[:3],
         N, W, float(eps),
         NQ=nq, NKV=nkv, D=D, ROT=rot, BT=QK_TOKENS, BD=triton.next_power_of_2(D),
-        num_warps=QK_WARPS,
+        PDL=pdl, num_warps=QK_WARPS, launch_pdl=pdl,
     )
     return out
 
@@ -365,6 +389,7 @@ def _merge_kernel(
     HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr,
     GATHER: tl.constexpr, HAS_CUR: tl.constexpr, HAS_GATE: tl.constexpr,
     BG: tl.constexpr, BD: tl.constexpr, BJ: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Programs (token n = r W + b, KV head h). Own key j < NH is row j of the history (h_ptr + j sh_j + r sh_r +
     row sh_w + h sh_h, row = idx[j, r, b] when GATHER, else b); key NH is the current step's (c_ptr, when HAS_CUR).
@@ -375,6 +400,7 @@ def _merge_kernel(
     above). With HAS_GATE, o is rounded to the output dtype and multiplied by sigmoid(gate) in fp32.
     out [R, W, HKV G, D] contiguous.
     """
+    _pdl_start(PDL)
     n = tl.program_id(0)
     h = tl.program_id(1)
     r = n // W
@@ -473,6 +499,7 @@ def merge_own_kv(o_p, lse_p, qg, k_own, v_own, scale: float, out_dtype=None, gat
     if hkv > CUDA_GRID_YZ_MAX:
         raise ValueError(f"{fn}: {hkv} KV heads exceed the launch grid's y axis ({CUDA_GRID_YZ_MAX})")
     gt = gate if gate is not None else out
+    pdl = _pdl(dev)
     _merge_kernel[(R * W, hkv)](
         o_p, *(o_p.stride(i) for i in range(4)),
         lse_p, *(lse_p.stride(i) for i in range(4)),
@@ -486,7 +513,7 @@ def merge_own_kv(o_p, lse_p, qg, k_own, v_own, scale: float, out_dtype=None, gat
         HKV=hkv, G=G, D=D, GATHER=kidx is not None, HAS_CUR=has_cur, HAS_GATE=gate is not None,
         BG=triton.next_power_of_2(G), BD=triton.next_power_of_2(D),
         BJ=min(MERGE_KEYS, max(1, triton.next_power_of_2(NH + int(has_cur)))),
-        num_warps=MERGE_WARPS,
+        PDL=pdl, num_warps=MERGE_WARPS, launch_pdl=pdl,
     )
     return out
 
@@ -503,10 +530,12 @@ def _gated_norm_kernel(
     o_ptr, so_r, so_w, so_h, z_ptr, sz_r, sz_w, sz_h, w_ptr, out_ptr,
     ROWS, W, HV, eps,
     V: tl.constexpr, BR: tl.constexpr, BV: tl.constexpr,
+    PDL: tl.constexpr,
 ):
     """Programs over rows (token n = r W + b, value head hh), row = n HV + hh: out[row] =
     (o rsqrt(mean o^2 + eps) w) (z / (1 + e^-z)) in fp32 (`gated_rms_norm`'s order), in out's dtype; o and z are
     read through their strides (z: the in_proj output's columns), out [ROWS, V] contiguous."""
+    _pdl_start(PDL)
     row = tl.program_id(0) * BR + tl.arange(0, BR)
     mask_r = row < ROWS
     n = row // HV
@@ -538,8 +567,9 @@ def gated_norm(o, z, norm_w, eps: float):
     out = torch.empty(R, W, HV * V, dtype=o.dtype, device=dev)
     rows = R * W * HV
     if rows:
+        pdl = _pdl(dev)
         _gated_norm_kernel[(triton.cdiv(rows, GN_ROWS),)](
             o, *o.stride()[:3], z, *z.stride()[:3], norm_w, out, rows, W, HV, float(eps),
-            V=V, BR=GN_ROWS, BV=triton.next_power_of_2(V), num_warps=GN_WARPS,
+            V=V, BR=GN_ROWS, BV=triton.next_power_of_2(V), PDL=pdl, num_warps=GN_WARPS, launch_pdl=pdl,
         )
     return out
