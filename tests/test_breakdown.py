@@ -172,18 +172,22 @@ def test_device_time_per_call_counts_what_each_call_launched():
     assert bd.device_us_per_call(tr.dict()) == [(25.0, 3)]
 
 
-def test_overlapping_kernels_count_in_full_and_idle_never_negative():
+def test_an_overlapping_kernel_counts_from_the_end_of_the_one_before_it():
+    """Under programmatic dependent launch b starts while a runs and waits for it: a keeps its whole time, b
+    counts from a's end, and the components plus idle make the span."""
     tr = Trace()
     c = tr.launch(1, "cudaGraphLaunch")
     tr.range("call", 0, 3)
     tr.op(c, "a", 10, 10.0)
-    tr.op(c, "b", 15, 10.0)        # starts before a ends (programmatic dependent launch)
+    tr.op(c, "b", 15, 10.0)        # starts before a ends
     tr.op(c, "c", 30, 5.0)
+    tr.op(c, "d", 31, 2.0)         # wholly inside c: nothing of its own
     ops, ranges, _ = bd.parse_trace(tr.dict())
-    assert bd.busy_us(ops) == pytest.approx(20.0)
-    eager = bd.Labelled([ops], [["lm_head"] * 3], [["lm_head"] * 3])
-    pc = bd.per_call(bd.label_replay(ops, ranges, eager))
-    assert pc["lm_head"]["us"] == 25.0 and pc[bd.IDLE]["us"] == pytest.approx(5.0) and pc["_span"]["us"] == 25.0
+    assert bd.own_us(ops) == [10.0, 5.0, 5.0, 0.0] and bd.busy_us(ops) == pytest.approx(20.0)
+    comps = [["mlp", "norms", "lm_head", "norms"]]
+    pc = bd.per_call(bd.label_replay(ops, ranges, bd.Labelled([ops], comps, comps)))
+    assert (pc["mlp"]["us"], pc["norms"]["us"], pc["lm_head"]["us"]) == (10.0, 5.0, 5.0)
+    assert pc[bd.IDLE]["us"] == pytest.approx(5.0) and pc["_span"]["us"] == 25.0 and pc["norms"]["ops"] == 2
 
 
 def test_a_kernel_without_its_launch_call_is_placed_by_its_external_id():

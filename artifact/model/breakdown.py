@@ -20,8 +20,9 @@ artifact.model.graphs.time_decode):
    replay kernel without a twin is "unattributed".
 4. Per component: summed device durations per call (the mean over the T calls). "idle" is the part of a call's
    span (first kernel start to last kernel end) with no device op running: launch gaps inside a graph, or the
-   host's launch time in an eager call. Kernels that overlap (programmatic dependent launch) are counted in
-   full by their components, so the components plus idle can exceed the span by that overlap.
+   host's launch time in an eager call. A kernel counts from its start or the end of the ops before it,
+   whichever is later (`own_us`): under programmatic dependent launch a kernel starts while the one before it
+   runs and waits, and that overlap is the earlier kernel's time. So the components plus idle are the span.
 The graph-replayed durations are the breakdown ("graph" method); where no graphs run (a CPU run, or a path
 that cannot be captured) the eager durations are ("eager" method). On a CPU there are no device ops: each
 top-level CPU op (an aten op not nested in another) that is not a pure view stands in for one, with its CPU
@@ -267,16 +268,21 @@ def label_replay(graph_ops: list[DeviceOp], ranges: list[Range], eager: Labelled
     return out
 
 
+def own_us(ops: list[DeviceOp]) -> list[float]:
+    """Each op's device time not covered by the ops that started before it (in the ops' order): its end less
+    the later of its start and the latest end before it, at least 0. Their sum is the union of the intervals."""
+    own = [0.0] * len(ops)
+    end = float("-inf")
+    for i in sorted(range(len(ops)), key=lambda i: ops[i].start):
+        s, e = ops[i].start, ops[i].start + ops[i].dur
+        own[i] = max(0.0, e - max(s, end))
+        end = max(end, e)
+    return own
+
+
 def busy_us(ops: list[DeviceOp]) -> float:
     """Length of the union of the ops' device intervals."""
-    total, end = 0.0, float("-inf")
-    for o in sorted(ops, key=lambda o: o.start):
-        s, e = o.start, o.start + o.dur
-        if e <= end:
-            continue
-        total += e - max(s, end)
-        end = e
-    return total
+    return sum(own_us(ops))
 
 
 def device_us_per_call(trace: dict) -> list[tuple[float, int]]:
@@ -288,26 +294,28 @@ def device_us_per_call(trace: dict) -> list[tuple[float, int]]:
 
 
 def per_call(lab: Labelled) -> dict[str, dict]:
-    """component -> {"us": mean device time per call, "ops": mean op count per call}, with IDLE (span minus
-    busy time) and "_span" (first start to last end), means over the calls."""
+    """component -> {"us": mean device time per call (each op's `own_us`), "ops": mean op count per call}, with
+    IDLE (span minus busy time) and "_span" (first start to last end), means over the calls."""
     n = len(lab.ops)
     if not n:
         raise ValueError("no decode calls in the trace (no decode/call range)")
     acc: dict = defaultdict(lambda: [0.0, 0])
     for ops, comps in zip(lab.ops, lab.components):
-        for o, c in zip(ops, comps):
-            acc[c][0] += o.dur
+        own = own_us(ops)
+        for us, c in zip(own, comps):
+            acc[c][0] += us
             acc[c][1] += 1
         if ops:
             span = max(o.start + o.dur for o in ops) - min(o.start for o in ops)
             acc["_span"][0] += span
-            acc[IDLE][0] += span - busy_us(ops)
+            acc[IDLE][0] += span - sum(own)
     return {c: {"us": v[0] / n, "ops": v[1] / n} for c, v in acc.items()}
 
 
 def kernel_table(lab: Labelled, eager: Labelled | None = None) -> list[dict]:
-    """One dict per op of every call: call, position, name, region, component, device us (and, for a replay
-    labelled through `eager`, its eager twin's us)."""
+    """One dict per op of every call: call, position, name, region, component, device us (start to end,
+    including a wait under programmatic dependent launch; and, for a replay labelled through `eager`, its eager
+    twin's us)."""
     rows = []
     for c, (ops, regs, comps) in enumerate(zip(lab.ops, lab.regions, lab.components)):
         for j, (o, r, k) in enumerate(zip(ops, regs, comps)):
