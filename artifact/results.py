@@ -239,15 +239,23 @@ def append_csv(csv_path: str | os.PathLike, columns, rows: list[dict]) -> None:
     """Append rows (missing fields empty) under `columns`, writing the header into a new or empty file, and
     flush them to disk: the one writer of the suites' tables and of the side tables beside them. The append
     holds an exclusive lock on the file and is one write, so the shards of a suite, which share its side
-    tables, never interleave their lines or write the header twice."""
+    tables, never interleave their lines or write the header twice. A file whose header is not `columns` (a
+    table written by an older version, resumed by this one) is refused, naming both: its lines would not line
+    up."""
     csv_path = Path(csv_path)
     csv_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(csv_path, "a", newline="") as f:
+    with open(csv_path, "a+", newline="") as f:
         fcntl.flock(f, fcntl.LOCK_EX)           # released when the file closes
         buf = io.StringIO()
         w = csv.DictWriter(buf, fieldnames=list(columns), extrasaction="raise")
         if os.fstat(f.fileno()).st_size == 0:
             w.writeheader()
+        else:
+            f.seek(0)
+            header = next(csv.reader([f.readline()]), [])
+            if header != list(columns):
+                raise ValueError(f"{csv_path}: its header {header} is not this table's columns {list(columns)}; "
+                                 f"write to a new results folder")
         w.writerows({c: r.get(c, "") for c in columns} for r in rows)
         f.write(buf.getvalue())
         f.flush()

@@ -33,6 +33,7 @@ LINEAGE_LABELS = {"beam": "synthetic beam lineage",
                   "model": "model lineage (Qwen3.5-0.8B's own beam search, recorded)"}
 LINEAGE_STYLE = {"beam": dict(linestyle="-", marker="o"), "model": dict(linestyle="-.", marker="s")}
 STEPS_LIST = "steps_ms"   # a depth cell's every step's median time, ';'-joined, step 0 first (text, not a number)
+STEPS_FLOORS = "steps_floor_ms"   # ... and every step's own floor, the same way
 
 
 def is_fullstate(path: str) -> bool:
@@ -41,7 +42,7 @@ def is_fullstate(path: str) -> bool:
 
 def load_side(root, name: str) -> pd.DataFrame:
     """A side table as text columns, with its measured columns numeric; empty if the file is absent."""
-    return side_frame(root, name, lambda c: c != STEPS_LIST and (
+    return side_frame(root, name, lambda c: c not in (STEPS_LIST, STEPS_FLOORS) and (
         c.endswith(("_ms", "_bytes", "_W", "_a", "_b", "_flops")) or c in ("R", "W", "T", "O", "step", "max_abs_err")))
 
 
@@ -86,11 +87,18 @@ def lineage_label(lineage: str) -> str:
     return LINEAGE_LABELS.get(lineage, f"lineage {lineage}")
 
 
+def _step_list(row, column: str) -> np.ndarray | None:
+    """A ';'-joined list column of a steps row as floats (None where the row has none)."""
+    text = str(row[column]) if column in row.index else ""
+    return np.array([float(x) for x in text.split(";")]) if any(ch.isdigit() for ch in text) else None
+
+
 def decode_steps(depth: pd.DataFrame, path: str = "onela") -> pd.DataFrame:
     """Every step t of `path`'s deepest depth cell that lists its steps' times (STEPS_LIST), from depth_table rows
-    of one lineage (of_lineage): `ms`, that decode's own step t; `floor_ms`, the step_floor_ms of the depth cell
-    whose last step is t, linearly interpolated over t between depth cells where no cell ends at t
-    (`interpolated` True there). Empty when no such cell exists."""
+    of one lineage (of_lineage): `ms`, that decode's own step t; `floor_ms`, step t's own floor where the cell
+    lists them (STEPS_FLOORS), else the step_floor_ms of the depth cell whose last step is t, linearly
+    interpolated over t between depth cells where no cell ends at t (`interpolated` True there: tables written
+    before the steps' floors were listed). Empty when no such cell exists."""
     cols = ["step", "ms", "floor_ms", "interpolated"]
     if not len(depth) or STEPS_LIST not in depth.columns:
         return pd.DataFrame(columns=cols)
@@ -98,7 +106,10 @@ def decode_steps(depth: pd.DataFrame, path: str = "onela") -> pd.DataFrame:
     if not len(d):
         return pd.DataFrame(columns=cols)
     deepest = d.sort_values("O").iloc[-1]
-    ms = np.array([float(x) for x in str(deepest[STEPS_LIST]).split(";")])
+    ms = _step_list(deepest, STEPS_LIST)
+    own = _step_list(deepest, STEPS_FLOORS)
+    if own is not None and len(own) == len(ms):
+        return pd.DataFrame({"step": np.arange(len(ms)), "ms": ms, "floor_ms": own, "interpolated": False})
     fl = depth[(depth["path"] == path) & np.isfinite(depth["step_floor_ms"])].drop_duplicates("t", keep="last")
     fl = fl.sort_values("t")
     steps = np.arange(len(ms))

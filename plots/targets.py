@@ -225,7 +225,8 @@ def _native(column: str, what: str) -> Callable[[Results], Measured]:
 _FIG6 = "results/full_model.csv (R=4 W=256, prompt 1K and 5K, O=3-7)"
 _BREAKDOWN = f"results/{fig_breakdown.CSV_NAME}, OneLA"
 _STEPS = (f"results/{fig_beam_scaling.STEPS_CSV}, OneLA, R=4 W=512 qwen3_5_0_8b, beam lineage: the deepest decode's "
-          "steps (steps_ms), floors from each depth's last step")
+          "steps (steps_ms) against each step's own floor (steps_floor_ms; in tables without it, the depths' last "
+          "steps' floors, interpolated)")
 _DEPTH = f"results/{fig_beam_scaling.SUITE}.csv, OneLA, R=4 W=512 qwen3_5_0_8b, beam lineage"
 
 TARGETS: list[Target] = [

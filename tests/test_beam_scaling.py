@@ -148,12 +148,22 @@ def test_step_cost_is_the_difference_of_prefix_costs():
         parts = [bs.step_cost(path, wl, t) for t in range(wl.T)]
         assert sum(p["compulsory_bytes"] for p in parts) == total["compulsory_bytes"]
         assert sum(p["flops"] for p in parts) == total["flops"]
+        assert bs.step_costs(path, wl) == parts
         assert parts[0]["compulsory_bytes"] != parts[2]["compulsory_bytes"]
         for t in range(wl.T):
             hi = path.cost(prefix(t + 1))
             lo = path.cost(prefix(t)) if t else {"compulsory_bytes": 0, "flops": 0}
             assert parts[t]["compulsory_bytes"] == hi["compulsory_bytes"] - lo["compulsory_bytes"], (name, t)
             assert parts[t]["flops"] == hi["flops"] - lo["flops"], (name, t)
+    # each step's own floor: bytes over the copy bandwidth, or FLOPs over the matrix rate where those take longer
+    ceilings = {"copy_bytes_per_s": 4e12, "fp32_flop_per_s": 5e13, "tf32_flop_per_s": 4e14, "bf16_flop_per_s": 7e14}
+    parts = bs.step_costs(get_path("onela"), wl)
+    floors = bs.step_floors(parts, ceilings)
+    assert len(floors) == wl.T and floors[0][0] < floors[-1][0]          # later steps replay more records
+    for (ms, bound), p in zip(floors, parts):
+        assert bound == "memory" and ms == pytest.approx(p["compulsory_bytes"] / 4e12 * 1e3)
+    slow = {**ceilings, "copy_bytes_per_s": 1e18}
+    assert all(b.startswith("compute:") for _, b in bs.step_floors(parts, slow))
 
 
 # ---------------------------------------------------------------- FAKE rows: the fit, the figure, REPORT

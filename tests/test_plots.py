@@ -691,7 +691,8 @@ def test_targets_met_not_met_and_not_measured(fake):
 
 def test_step_targets_read_the_deepest_decodes_steps(tmp_path):
     """The per-step targets read the deepest OneLA decode's own steps (steps_ms) against floors interpolated
-    between the depth cells: 1.5x every floor meets both; step 8 tripled misses both."""
+    between the depth cells: 1.5x every floor meets both; step 8 tripled misses both. Where that decode lists
+    each step's own floor (steps_floor_ms), those are used instead."""
     from plots import targets
     from test_beam_scaling import FAKE_FIT, fake_beam_rows
     a, b = FAKE_FIT["onela"]
@@ -712,6 +713,16 @@ def test_step_targets_read_the_deepest_decodes_steps(tmp_path):
         else:
             assert got["step_floor"] == (pytest.approx(4.5), targets.NOT_MET)
             assert got["step8"] == (pytest.approx(3 * (a + 8 * b) / (a + 7 * b)), targets.NOT_MET)
+    # where the deepest decode lists every step's own floor, those are the floors: none interpolated
+    side = pd.read_csv(root / fig_beam_scaling.STEPS_CSV)
+    own = [f * (2.0 if t == 5 else 1.0) for t, f in enumerate(floors)]      # step 5's floor twice the line's
+    side["steps_floor_ms"] = ""
+    side.loc[(side["path"] == "onela") & (side["step"] == 30), "steps_floor_ms"] = ";".join(f"{x:.9g}" for x in own)
+    side.to_csv(root / fig_beam_scaling.STEPS_CSV, index=False)
+    res = load_results(root)
+    steps = fig_beam_scaling.decode_steps(fig_beam_scaling.of_lineage(fig_beam_scaling.depth_table(res), "beam"))
+    assert not steps["interpolated"].any() and steps["floor_ms"].tolist() == pytest.approx(own)
+    assert _verdicts(res)["step_floor"] == (pytest.approx(4.5), targets.NOT_MET)   # step 8 tripled, as before
 
 
 def test_run_time_targets_read_the_stages_file(tmp_path):

@@ -249,6 +249,19 @@ def _append_many(path, i):
         append_csv(path, ["shard", "n", "pad"], [{"shard": i, "n": j, "pad": "x" * 500}])
 
 
+def test_a_side_table_of_another_header_is_refused(tmp_path):
+    """append_csv into a table written under other columns (an older version's, resumed) raises, naming both
+    headers, and leaves the file as it was."""
+    from artifact.results import append_csv
+    path = tmp_path / "side.csv"
+    append_csv(path, ["a", "b"], [{"a": 1, "b": 2}])
+    append_csv(path, ["a", "b"], [{"a": 3}])
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=r"its header \['a', 'b'\] is not this table's columns \['a', 'b', 'c'\]"):
+        append_csv(path, ["a", "b", "c"], [{"a": 4}])
+    assert path.read_bytes() == before and before.decode().splitlines() == ["a,b", "1,2", "3,"]
+
+
 def test_shards_appending_to_one_side_table_never_interleave(tmp_path):
     """The shards of a suite append to its side tables (beam_scaling_steps.csv, beam_scaling_width.csv) at
     once: one header, every line whole, none lost."""

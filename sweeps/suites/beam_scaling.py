@@ -46,7 +46,7 @@ WIDTH_FILE = "beam_scaling_width.csv"
 STEPS_COLUMNS = ["config_hash", "run_id", "path", "geometry", "R", "W", "T", "O", "status", "reason", "step",
                  "step_ms", "step_p20_ms", "step_p80_ms", "step_floor_ms", "step_floor_bound",
                  "step_compulsory_bytes", "step_flops", "steps_sum_ms", "latency_ms", "max_abs_err", "timer",
-                 "steps_ms"]
+                 "steps_ms", "steps_floor_ms"]
 WIDTH_COLUMNS = ["config_hash", "run_id", "path", "geometry", "R", "W", "T", "O", "status", "latency_ms",
                  "memory_bytes", "capacity_W", "limit_W", "limited_by", "persistent_a", "persistent_b",
                  "workspace_a", "workspace_b", "cell_bytes", "note"]
@@ -272,13 +272,26 @@ def bounded_reference(wl) -> torch.Tensor:
     return fullstate_decode(wl, beams=max(1, device_free_bytes(wl.device) // 2 // per_beam))
 
 
-def step_cost(path, wl, t: int) -> Optional[dict]:
-    """Compulsory bytes and FLOPs of step t alone: that step's terms of the path's cost model (artifact.cost gives
-    every cost step by step; step 0's holds what the decode does once, e.g. a checkpoint copy)."""
+def step_costs(path, wl) -> Optional[list[dict]]:
+    """Compulsory bytes and FLOPs of each step alone, step 0 first: that step's terms of the path's cost model
+    (artifact.cost gives every cost step by step; step 0's holds what the decode does once, e.g. a checkpoint
+    copy)."""
     cost = path.cost(wl)
     if cost is None:
         return None
-    return {"compulsory_bytes": cost["step_bytes"][t], "flops": cost["step_flops"][t], "rate": cost["rate"]}
+    return [{"compulsory_bytes": b, "flops": f, "rate": cost["rate"]}
+            for b, f in zip(cost["step_bytes"], cost["step_flops"])]
+
+
+def step_floors(costs: list[dict], ceilings: dict) -> list[tuple[float, str]]:
+    """(floor in ms, its bound) of each step of `step_costs` on the GPU whose `ceilings` these are."""
+    return [floor_ms(c["compulsory_bytes"], c["flops"], ceilings, c["rate"]) for c in costs]
+
+
+def step_cost(path, wl, t: int) -> Optional[dict]:
+    """Step t's entry of `step_costs`."""
+    costs = step_costs(path, wl)
+    return None if costs is None else costs[t]
 
 
 def _per_step(cell: dict, row: dict, wl, ref, ctx: RunContext, settings: BeamScalingSettings) -> None:
@@ -309,15 +322,17 @@ def _per_step(cell: dict, row: dict, wl, ref, ctx: RunContext, settings: BeamSca
                         steps_sum_ms=sum(t.median_ms for t in res.steps),
                         steps_ms=";".join(f"{t.median_ms:.6g}" for t in res.steps))
     try:
-        cost = step_cost(get_path(cell["path"]), wl, T - 1)
+        costs = step_costs(get_path(cell["path"]), wl)
     except Exception as e:  # noqa: BLE001 - a broken cost model must not hide a measured step
         side["reason"] = one_line(f"{side.get('reason', '')} cost() raised {type(e).__name__}: {e}".strip())
-        cost = None
-    if cost is not None:
+        costs = None
+    if costs is not None:
+        cost = costs[T - 1]
         side.update(step_compulsory_bytes=cost["compulsory_bytes"], step_flops=cost["flops"])
-        if ctx.ceilings:
-            side["step_floor_ms"], side["step_floor_bound"] = floor_ms(cost["compulsory_bytes"], cost["flops"],
-                                                                       ctx.ceilings, cost["rate"])
+        if ctx.ceilings:        # every step's own floor, so no step's floor is interpolated between depths
+            floors = step_floors(costs, ctx.ceilings)
+            side["step_floor_ms"], side["step_floor_bound"] = floors[-1]
+            side["steps_floor_ms"] = ";".join(f"{ms:.6g}" for ms, _ in floors)
     if side["status"] != "ok":
         row["reason"] = one_line(f"{row.get('reason') or ''}; per-step: {side['status']}: {side['reason']}"
                                  .strip("; "))
