@@ -377,7 +377,7 @@ def test_every_caller_counts_a_paths_flops_and_bytes_alike():
         assert cost is not None, name
         flops[name] = cost["flops"]
         assert traffic_child.path_flops(path, wl)[::2] == (float(cost["flops"]), float(cost["compulsory_bytes"]))
-        steps = [beam_scaling.step_cost(path, wl, t) for t in range(wl.T)]
+        steps = beam_scaling.step_costs(path, wl)
         assert [s["flops"] for s in steps] == cost["step_flops"] and sum(cost["step_flops"]) == cost["flops"]
         assert [s["compulsory_bytes"] for s in steps] == cost["step_bytes"]
         rec = recurrent_part(path, model, 2, 3, 3, wl.parents)

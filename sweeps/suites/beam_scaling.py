@@ -288,12 +288,6 @@ def step_floors(costs: list[dict], ceilings: dict) -> list[tuple[float, str]]:
     return [floor_ms(c["compulsory_bytes"], c["flops"], ceilings, c["rate"]) for c in costs]
 
 
-def step_cost(path, wl, t: int) -> Optional[dict]:
-    """Step t's entry of `step_costs`."""
-    costs = step_costs(path, wl)
-    return None if costs is None else costs[t]
-
-
 def _per_step(cell: dict, row: dict, wl, ref, ctx: RunContext, settings: BeamScalingSettings) -> None:
     """Gate and time each step of the cell's decode on its own; one line of the steps side table. A per-step
     failure leaves the cell's whole-decode row as measured and is noted in its reason."""
