@@ -5,8 +5,10 @@ One panel per prompt length; per component one bar per path (OneLA, Controlled F
 per decode call, the mean over the T calls of one search) with a black tick at that component's floor
 (max(bytes / copy bandwidth, FLOPs / matrix rate), artifact.model.cost.component_costs). The bold label is
 measured / floor. "idle" is the graph replay's time with no kernel running; the panel title gives each path's
-call time as Fig 6 times it and the whole-model floor. `report_lines` writes the REPORT.md section: the table
-and the components furthest above their floors.
+call time as Fig 6 times it and the whole-model floor. Where the table also holds an earlier run of a cell (the
+tool keeps each code's run: `tools.decode_breakdown`), the first one recorded is the "first run": a dashed outline
+per component and a column in REPORT, the breakdown before the changes since. `report_lines` writes the
+REPORT.md section: the table and the components furthest above their floors.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import math
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
+from matplotlib.patches import Patch
 
 from plots.data import Results, side_frame
 from plots.style import colour, display_name, hatch, mark_series, no_data, ordered, save
@@ -38,14 +41,37 @@ def floor_hidden(rows: pd.DataFrame, component: str) -> bool:
 NUMERIC = ("R", "W", "T", "O", "prompt_len", "measured_ms", "floor_ms", "bytes", "flops", "ops", "max_abs_err")
 
 
-def load(root) -> pd.DataFrame:
-    """The breakdown rows of the latest run per (path, prompt_len, O); an empty frame if there is no file."""
+CELL = ["path", "prompt_len", "O"]
+FIRST_RUN = "first run"
+
+
+def _run_rows(root, which: str) -> pd.DataFrame:
+    """The rows of one run per (path, prompt_len, O): the latest ("max" run_id; ids sort by their UTC stamp), or
+    the first ("min") where the cell also has a later run. Empty if there is no file (or no such run)."""
     df = side_frame(root, CSV_NAME, lambda c: c in NUMERIC)
     if not len(df):
         return df
-    latest = df.groupby(["path", "prompt_len", "O"])["run_id"].transform("max")
-    df = df[df["run_id"] == latest]
-    return df.drop_duplicates(["path", "prompt_len", "O", "component"], keep="last").reset_index(drop=True)
+    runs = df.groupby(CELL)["run_id"]
+    keep = df["run_id"] == runs.transform(which)
+    if which == "min":
+        keep &= runs.transform("nunique") > 1
+    return df[keep].drop_duplicates([*CELL, "component"], keep="last").reset_index(drop=True)
+
+
+def load(root) -> pd.DataFrame:
+    """The breakdown rows of the latest run per (path, prompt_len, O); an empty frame if there is no file."""
+    return _run_rows(root, "max")
+
+
+def load_first(root) -> pd.DataFrame:
+    """The rows of the first run recorded per (path, prompt_len, O) where the table holds a later one too: the
+    breakdown before the code that measured the latest. Empty where every cell has one run."""
+    return _run_rows(root, "min")
+
+
+def _first_label(first: pd.DataFrame) -> str:
+    commits = sorted({str(c)[:12] for c in first["git_commit"]}) if "git_commit" in first else []
+    return f"{FIRST_RUN} ({', '.join(commits) or 'unknown commit'})"
 
 
 def components(df: pd.DataFrame) -> list[str]:
@@ -71,6 +97,7 @@ def draw(res: Results):
         ax.set_title("Where a decode call's time goes (per component vs its floor; not a paper figure)")
         no_data(ax, f"no {CSV_NAME} yet\n(python -m tools.decode_breakdown)")
         return fig
+    earlier = load_first(res.root)
     cells = sorted(df[["prompt_len", "O"]].drop_duplicates().itertuples(index=False))
     comps = components(df)
     paths = ordered(df["path"].unique())
@@ -82,6 +109,7 @@ def draw(res: Results):
     height = 0.8 / len(paths)
     for ax, (prompt, o) in zip(axes[0], cells):
         rows = df[(df["prompt_len"] == prompt) & (df["O"] == o)]
+        before = earlier[(earlier["prompt_len"] == prompt) & (earlier["O"] == o)] if len(earlier) else earlier
         heads = []
         for i, p in enumerate(paths):
             ys = [j - 0.4 + height * (i + 0.5) for j in range(len(comps))]
@@ -90,6 +118,11 @@ def draw(res: Results):
             bars = ax.barh([y for y, _ in drawn], [v for _, v in drawn], height * 0.92, color=colour(p),
                            edgecolor="black", linewidth=0.4, label=display_name(p), hatch=hatch(p))
             mark_series(bars, p)
+            was = [(y, _value(before, p, c, "measured_ms")) for y, c in zip(ys, comps)] if len(before) else []
+            was = [(y, v) for y, v in was if math.isfinite(v) and v > 0]
+            for a in ax.barh([y for y, _ in was], [v for _, v in was], height * 0.92, fill=False,
+                             edgecolor=colour(p), linestyle=(0, (3, 2)), linewidth=0.9, zorder=3):
+                a.set_gid(f"{FIRST_RUN}:{p}")
             for y, c, v in zip(ys, comps, vals):
                 f = _value(rows, p, c, "floor_ms")
                 if math.isfinite(f) and f > 0 and not floor_hidden(rows, c):
@@ -98,8 +131,10 @@ def draw(res: Results):
                         ax.annotate(f"{v / f:.1f}×", (v, y), xytext=(3, 0), textcoords="offset points",
                                     va="center", fontsize=7, fontweight="bold", color=colour(p))
             tot, fl = _value(rows, p, "total", "measured_ms"), _value(rows, p, "total", "floor_ms")
-            heads.append(f"{display_name(p)} {tot:.2f} ms (floor {fl:.2f})")
-        ax.set_title(f"{_prompt_label(prompt)}, O={int(o)}\n" + "; ".join(heads), fontsize=9)
+            then = _value(before, p, "total", "measured_ms") if len(before) else math.nan
+            heads.append(f"{display_name(p)} {tot:.2f} ms (floor {fl:.2f}"
+                         + (f"; {FIRST_RUN} {then:.2f})" if math.isfinite(then) else ")"))
+        ax.set_title(f"{_prompt_label(prompt)}, O={int(o)}\n" + "\n".join(heads), fontsize=9)
         ax.set_yticks(range(len(comps)), comps)
         if ax is axes[0][0]:
             ax.invert_yaxis()                   # the panels share y: once for all, first component on top
@@ -112,9 +147,12 @@ def draw(res: Results):
             ax.set_xlabel("ms per decode call; tick: floor; label: measured / floor")
         ax.grid(axis="x", alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
+    if len(earlier):
+        handles.append(Patch(fill=False, edgecolor="black", linestyle=(0, (3, 2)), linewidth=0.9))
+        labels.append(f"dashed: {_first_label(earlier)}")
     if handles:
         fig.legend(handles, labels, loc="lower center", ncol=len(labels), frameon=False, bbox_to_anchor=(0.5, -0.01))
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    fig.tight_layout(rect=(0, 0.04, 1, 0.97))
     return fig
 
 
@@ -136,6 +174,7 @@ def report_lines(root) -> list[str]:
     df = load(root)
     if not len(df):
         return [f"{NOT_MEASURED} (`results/{CSV_NAME}`: `python -m tools.decode_breakdown`)."]
+    earlier = load_first(root)
     paths = ordered(df["path"].unique())
     comps = components(df)
     out = [f"From `results/{CSV_NAME}` (`tools.decode_breakdown`, run(s) "
@@ -148,17 +187,23 @@ def report_lines(root) -> list[str]:
            "whose floors predate that count show no floor there) (artifact/model/cost.py). Runs whose model "
            "kept the FullState conv windows in a component of their own (conv_state, no floor) counted weights "
            "alone in the floors of gdn_conv, gdn_norm, attn_qk_norm_rope and norms, so those runs leave these "
-           "parts' measured / floor out ('—'); later runs' floors count the activation bytes each part moves.", ""]
+           "parts' measured / floor out ('—'); later runs' floors count the activation bytes each part moves." + (
+               f" `{FIRST_RUN} ms`: the first run the table holds of the same cell (run(s) "
+               f"{', '.join(sorted(earlier['run_id'].unique()))}; {_first_label(earlier)}), measured by the code "
+               "before the changes since." if len(earlier) else ""), ""]
     for (prompt, o), rows in df.groupby(["prompt_len", "O"]):
+        before = earlier[(earlier["prompt_len"] == prompt) & (earlier["O"] == o)] if len(earlier) else earlier
+        was = [p for p in paths if len(before) and (before["path"] == p).any()]
         header = ["component"]
         for p in paths:
-            header += [f"{display_name(p)} ms", "floor ms", "× floor"]
+            header += [f"{display_name(p)} ms", "floor ms", "× floor"] + ([f"{FIRST_RUN} ms"] if p in was else [])
         table = []
         for c in [*comps, *SUMMARY]:
             line = [c]
             for p in paths:
                 m, f = _value(rows, p, c, "measured_ms"), _value(rows, p, c, "floor_ms")
                 line += [_ms(m), _ms(f), "—" if floor_hidden(rows, c) else _ratio(m, f)]
+                line += [_ms(_value(before, p, c, "measured_ms"))] if p in was else []
             table.append(line)
         out += [f"**{_prompt_label(prompt)}, O={int(o)}** (method: "
                 f"{', '.join(sorted(rows['method'].astype(str).unique()))})", "",

@@ -310,18 +310,33 @@ def test_a_cell_whose_attribution_fails_keeps_its_traces_and_the_run_goes_on(tmp
     assert len(list(out.rglob("eager_trace.json.gz"))) == 2 and not (out / tool.CSV_NAME).exists()
 
 
-def test_a_second_run_into_the_folder_skips_the_cells_it_holds(tmp_path):
-    """./run_all.sh resumed runs the tool again into its run folder: cells already broken down are skipped, the
-    others run, so the table holds each cell once."""
+def test_a_second_run_into_the_folder_skips_the_cells_it_holds(tmp_path, monkeypatch):
+    """./run_all.sh resumed runs the tool again into its run folder: cells already broken down by the same code
+    are skipped, the others run, so the table holds each cell once per code; a run of other code measures them
+    again beside the earlier rows (the breakdown's before and after)."""
     import csv
     from tools import decode_breakdown as tool
     out = tmp_path / "res"
     args = ["--cpu", "--out", str(out), "--paths", "reference_fullstate", "--R", "2", "--W", "4", "--O", "2"]
+    monkeypatch.setenv("ONELA_GIT_COMMIT", "0123456789ab")
     assert tool.main(args + ["--prompts", "9"]) == 0
     assert tool.main(args + ["--prompts", "9", "5"]) == 0
-    with open(out / tool.CSV_NAME, newline="") as f:
-        totals = [r["prompt_len"] for r in csv.DictReader(f) if r["component"] == tool.TOTAL]
-    assert totals == ["9", "5"]
+
+    def totals():
+        with open(out / tool.CSV_NAME, newline="") as f:
+            return [(r["prompt_len"], r["git_commit"]) for r in csv.DictReader(f) if r["component"] == tool.TOTAL]
+    assert totals() == [("9", "0123456789ab"), ("5", "0123456789ab")]
+    monkeypatch.setenv("ONELA_GIT_COMMIT", "0123456789ab+dirty")
+    assert tool.main(args + ["--prompts", "9"]) == 0
+    assert totals()[2:] == [("9", "0123456789ab+dirty")]
+
+
+def test_same_code_matches_a_commit_in_either_length_and_its_suffix():
+    from tools.decode_breakdown import same_code
+    full = "a9b11f1cb255f9778f87ee46f0f375b7bcf74ab1"
+    assert same_code(full, "a9b11f1cb255") and same_code("a9b11f1cb255+dirty", full[:20] + "+dirty")
+    assert not same_code(full, "a9b11f1cb256") and not same_code(full, "a9b11f1cb255+dirty")
+    assert not same_code("", "") and not same_code("unknown", "a9b11f1cb255")
 
 
 def test_a_cell_that_fails_the_gate_is_recorded_and_not_broken_down(tmp_path):
@@ -364,7 +379,7 @@ def test_figure_and_report_section_from_a_fake_csv(tmp_path):
     from plots.data import load_results
     from plots.style import setup
     setup()
-    pd.DataFrame(fake_rows("fake-old") + fake_rows()).to_csv(tmp_path / fig_breakdown.CSV_NAME, index=False)
+    pd.DataFrame(fake_rows()).to_csv(tmp_path / fig_breakdown.CSV_NAME, index=False)
     res = load_results(tmp_path)
     fig = fig_breakdown.draw(res)
     assert len(fig.axes) == 2
@@ -374,11 +389,37 @@ def test_figure_and_report_section_from_a_fake_csv(tmp_path):
         assert len([a for a in ax.patches if a.get_gid() == "series:onela"]) == len(COMPONENTS) + 1  # + idle
     lines = fig_breakdown.report_lines(tmp_path)
     text = "\n".join(lines)
-    assert "fake-old" not in text and "**prompt 1K, O=5**" in text and "**prompt 5K, O=5**" in text
+    assert "first run" not in text and "**prompt 1K, O=5**" in text and "**prompt 5K, O=5**" in text
     assert "| gdn_recurrent | 0.2 | 0.1 | 2.0× | 7 | 3.5 | 2.0× |" in text
     assert "Controlled FullState (index mode): most time above its floor in gdn_recurrent (+3.5 ms, 2.0×)" in text
     assert "the modelled floors add up to 4.1 ms (each at its own bound; the whole model's: 2.5 ms)" in text
     assert "| gdn_norm | 0.1 | 0.05 | 2.0× |" in text                  # an activation floor: the ratio is shown
+
+
+def test_an_earlier_run_of_a_cell_is_shown_as_the_first_run(tmp_path):
+    """A table with two runs of a cell (the tool keeps each code's): the latest run's bars, ratios and totals, and
+    the first run's measured times as dashed outlines and a column per path -- the breakdown before and after."""
+    from plots import fig_breakdown
+    from plots.data import load_results
+    from plots.style import setup
+    setup()
+    old = [dict(r, measured_ms=2 * r["measured_ms"], git_commit="a9b11f1cb255f9778f87ee46f0f375b7bcf74ab1")
+           for r in fake_rows("fake-old") if r["prompt_len"] == 1024]
+    new = [dict(r, git_commit="0123456789ab") for r in fake_rows("fake-run")]
+    pd.DataFrame(old + new).to_csv(tmp_path / fig_breakdown.CSV_NAME, index=False)
+    assert set(fig_breakdown.load(tmp_path)["run_id"]) == {"fake-run"}
+    assert set(fig_breakdown.load_first(tmp_path)["prompt_len"]) == {1024}
+    fig = fig_breakdown.draw(load_results(tmp_path))
+    one_k, five_k = fig.axes[:2]
+    assert len([a for a in one_k.patches if a.get_gid() == "first run:onela"]) == len(COMPONENTS) + 1
+    assert not [a for a in five_k.patches if str(a.get_gid()).startswith("first run")]
+    assert "OneLA 5.00 ms (floor 2.50; first run 10.00)" in one_k.get_title()
+    assert any("first run (a9b11f1cb255)" in t.get_text() for t in fig.legends[0].get_texts())
+    text = "\n".join(fig_breakdown.report_lines(tmp_path))
+    assert "run(s) fake-old; first run (a9b11f1cb255)" in text
+    assert "| gdn_recurrent | 0.2 | 0.1 | 2.0× | 0.4 | 7 | 3.5 | 2.0× | 14 |" in text     # prompt 1K: both runs
+    assert "| total | 5 | 2.5 | 2.0× | 10 | 5 | 2.5 | 2.0× | 10 |" in text
+    assert "| gdn_recurrent | 0.2 | 0.1 | 2.0× | 7 | 3.5 | 2.0× |" in text                  # prompt 5K: one run
 
 
 def test_weights_only_floors_of_older_runs_hide_their_activation_parts_ratio(tmp_path):

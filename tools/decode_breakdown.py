@@ -19,7 +19,8 @@ call, captured on the decoy prompt):
    rate per component; their bytes and FLOPs add up to the Fig 6 row's floor), at the ceilings this run
    measures (artifact.measure.measure_ceilings).
 Writes DIR/full_model_breakdown.csv (appended: one row per path, prompt, O and component; a cell it already holds
-is skipped, so a resumed ./run_all.sh measures each once), DIR/env/<run_id>.json
+from the same code is skipped, so a resumed ./run_all.sh measures each once, while a run of other code adds its
+rows beside the earlier run's, which the breakdown figure and REPORT show as "first run"), DIR/env/<run_id>.json
 (env record: ceilings, per-cell summaries, attribution notes, a failed cell's error) and
 DIR/full_model_breakdown/<run_id>/<path>_L<prompt>_O<O>.csv (every device op of the profiled search: call,
 position, name, region, component, us, eager twin's us); a cell whose attribution fails keeps its profiler
@@ -188,15 +189,23 @@ def _print_cell(rows: list[dict]) -> None:
         print(f"  {r['component']:22s} {r['measured_ms']:9.4f} {fs} {ratio:8.2f}  {r.get('bound', '')}")
 
 
-def recorded_cells(csv_path: Path) -> set[tuple]:
-    """(path, model, R, W, O, prompt_len) of every cell whose total row the table holds: a run into a folder that
-    has them (./run_all.sh resumed) skips those cells, as a resumed sweep does; a failed cell has no rows and
-    runs again."""
+def same_code(a: str, b: str) -> bool:
+    """Whether two git_commit values name the same code: the same commit (a full hash and its 12-digit short form
+    match) with the same suffix ("+dirty", or a GPU host's label after "+")."""
+    (ha, _, sa), (hb, _, sb) = a.partition("+"), b.partition("+")
+    return bool(ha) and ha[:12] == hb[:12] and sa == sb
+
+
+def recorded_cells(csv_path: Path, commit: str) -> set[tuple]:
+    """(path, model, R, W, O, prompt_len) of every cell whose total row the table holds from the code `commit`
+    names: a run into a folder that has them (./run_all.sh resumed) skips those cells, as a resumed sweep does;
+    a failed cell has no rows and runs again, and a cell measured by other code is measured again beside it (the
+    table keeps each code's run: the breakdown's before and after)."""
     if not csv_path.exists():
         return set()
     with open(csv_path, newline="") as f:
         return {(r["path"], r["model"], int(r["R"]), int(r["W"]), int(r["O"]), int(r["prompt_len"]))
-                for r in csv.DictReader(f) if r.get("component") == TOTAL}
+                for r in csv.DictReader(f) if r.get("component") == TOTAL and same_code(r["git_commit"], commit)}
 
 
 def main(argv=None) -> int:
@@ -228,12 +237,13 @@ def main(argv=None) -> int:
     inputs = FullModelInputs(device)
     model = inputs.model(model_name, args.seed)
     T, failed = args.O - 1, 0
-    done = recorded_cells(out / CSV_NAME)
+    done = recorded_cells(out / CSV_NAME, commit)
     for prompt_len in args.prompts:
         for path in args.paths:
             cell = f"{path}_L{prompt_len}_O{args.O}"
             if (path, model_name, args.R, args.W, args.O, prompt_len) in done:     # resumed: broken down before
-                print(f"[decode_breakdown] {cell}: recorded earlier in {out / CSV_NAME}", flush=True)
+                print(f"[decode_breakdown] {cell}: recorded earlier by this code ({commit}) in {out / CSV_NAME}",
+                      flush=True)
                 continue
             try:
                 rows, summary, table = measure_cell(
