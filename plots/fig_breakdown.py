@@ -69,6 +69,11 @@ def load_first(root) -> pd.DataFrame:
     return _run_rows(root, "min")
 
 
+def _in_cell(df: pd.DataFrame, prompt, o) -> pd.DataFrame:
+    """df's rows of the cell (prompt_len, O); df itself when empty (a frame without columns)."""
+    return df[(df["prompt_len"] == prompt) & (df["O"] == o)] if len(df) else df
+
+
 def _first_label(first: pd.DataFrame) -> str:
     commits = sorted({str(c)[:12] for c in first["git_commit"]}) if "git_commit" in first else []
     return f"{FIRST_RUN} ({', '.join(commits) or 'unknown commit'})"
@@ -109,7 +114,7 @@ def draw(res: Results):
     height = 0.8 / len(paths)
     for ax, (prompt, o) in zip(axes[0], cells):
         rows = df[(df["prompt_len"] == prompt) & (df["O"] == o)]
-        before = earlier[(earlier["prompt_len"] == prompt) & (earlier["O"] == o)] if len(earlier) else earlier
+        before = _in_cell(earlier, prompt, o)
         heads = []
         for i, p in enumerate(paths):
             ys = [j - 0.4 + height * (i + 0.5) for j in range(len(comps))]
@@ -192,7 +197,7 @@ def report_lines(root) -> list[str]:
                f"{', '.join(sorted(earlier['run_id'].unique()))}; {_first_label(earlier)}), measured by the code "
                "before the changes since." if len(earlier) else ""), ""]
     for (prompt, o), rows in df.groupby(["prompt_len", "O"]):
-        before = earlier[(earlier["prompt_len"] == prompt) & (earlier["O"] == o)] if len(earlier) else earlier
+        before = _in_cell(earlier, prompt, o)
         was = [p for p in paths if len(before) and (before["path"] == p).any()]
         header = ["component"]
         for p in paths:
