@@ -48,6 +48,11 @@ def test_split_phases_follows_the_gemms_of_a_block():
     assert bd.split_phases(names[:5], memsets[:5], phases) is None
     assert bd.split_phases(["aten::to", "aten::matmul"], [False, False], REGIONS["attn_norm_proj"]) == \
         ["norms", "attn_proj"]
+    # our kernels: the norm, the gate_up GEMM with the SwiGLU in its epilogue, then the down GEMM -- two GEMMs
+    # back to back, the phase between them empty
+    ours = ["_rms_norm_kernel", "_gemm_kernel", "_gemm_kernel"]
+    assert bd.split_phases(ours, [False] * 3, phases) == ["norms", "mlp", "mlp"]
+    assert bd.split_phases(ours[:2], [False] * 2, phases) is None
 
 
 # ---- attribution on synthetic traces ----

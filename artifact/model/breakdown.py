@@ -49,6 +49,8 @@ LAUNCH_CATS = ("cuda_runtime", "cuda_driver")
 # templates; on a CPU run the aten matrix ops.
 GEMM = re.compile(r"gemm|gemv|nvjet|cutlass|xmma|splitk|cublas|triton_tem_|^aten::(mm|addmm_?|bmm|matmul|linear)$",
                   re.IGNORECASE)
+# A GEMM kernel that finishes the one before it (cuBLAS's split-K reduction) rather than starting a GEMM of its own
+GEMM_TAIL = re.compile(r"splitk|reduce", re.IGNORECASE)
 UNATTRIBUTED = "unattributed"
 IDLE = "idle"
 # aten ops that only make views (no kernel on a GPU): left out of a CPU run's stand-in ops
@@ -197,7 +199,9 @@ def _by_call(ops, ranges, with_regions: bool):
 
 def split_phases(names: list[str], memsets: list[bool], phases: tuple[str, ...]) -> list[str] | None:
     """Components of a compiled block's ops (in launch order) by GEMM phase, or None when the ops do not hold
-    the (len(phases) - 1) / 2 GEMMs the block has. A memset right before a GEMM is the GEMM's workspace."""
+    the (len(phases) - 1) / 2 GEMMs the block has. A memset right before a GEMM is the GEMM's workspace, a
+    split-K reduction after it part of it; a GEMM kernel right after another one starts the next GEMM (the phase
+    between them empty: our gate_up GEMM with the SwiGLU in its epilogue, then the down GEMM)."""
     gemm = [bool(GEMM.search(n)) for n in names]
     for i in range(len(names) - 2, -1, -1):
         if memsets[i] and gemm[i + 1]:
@@ -206,6 +210,8 @@ def split_phases(names: list[str], memsets: list[bool], phases: tuple[str, ...])
     for i, g in enumerate(gemm):
         if g and phase % 2 == 0:                      # a GEMM run starts
             phase += 1
+        elif g and i and gemm[i - 1] and not memsets[i] and not memsets[i - 1] and not GEMM_TAIL.search(names[i]):
+            phase += 2                                # the next GEMM starts right after one
         elif not g and phase % 2 == 1:                # a GEMM run ends
             phase += 1
         if phase >= len(phases):
