@@ -53,6 +53,9 @@ def test_split_phases_follows_the_gemms_of_a_block():
     ours = ["_rms_norm_kernel", "_gemm_kernel", "_gemm_kernel"]
     assert bd.split_phases(ours, [False] * 3, phases) == ["norms", "mlp", "mlp"]
     assert bd.split_phases(ours[:2], [False] * 2, phases) is None
+    # the second GEMM's workspace memset right after the first GEMM starts the second
+    assert bd.split_phases([*ours[:2], "Memset (Device)", "nvjet_sm90_tst_128x64"], [False, False, True, False],
+                           phases) == ["norms", "mlp", "mlp", "mlp"]
 
 
 # ---- attribution on synthetic traces ----

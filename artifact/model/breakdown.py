@@ -210,8 +210,8 @@ def split_phases(names: list[str], memsets: list[bool], phases: tuple[str, ...])
     for i, g in enumerate(gemm):
         if g and phase % 2 == 0:                      # a GEMM run starts
             phase += 1
-        elif g and i and gemm[i - 1] and not memsets[i] and not memsets[i - 1] and not GEMM_TAIL.search(names[i]):
-            phase += 2                                # the next GEMM starts right after one
+        elif g and i and gemm[i - 1] and not memsets[i - 1] and not GEMM_TAIL.search(names[i]):
+            phase += 2                                # the next GEMM (or its workspace memset) right after one
         elif not g and phase % 2 == 1:                # a GEMM run ends
             phase += 1
         if phase >= len(phases):
