@@ -113,7 +113,7 @@ def draw(res: Results):
                  f"device time per call vs floor, per component (not a paper figure)")
     height = 0.8 / len(paths)
     for ax, (prompt, o) in zip(axes[0], cells):
-        rows = df[(df["prompt_len"] == prompt) & (df["O"] == o)]
+        rows = _in_cell(df, prompt, o)
         before = _in_cell(earlier, prompt, o)
         heads = []
         for i, p in enumerate(paths):
